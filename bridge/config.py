@@ -1,0 +1,460 @@
+"""lakegate configuration: one typed object, loaded once.
+
+Precedence, lowest to highest: built-in defaults (identical to
+``conf/lakegate.toml``) < the ``--config`` file < environment variables
+``LAKEGATE_<SECTION>_<KEY>`` (``LAKEGATE_<KEY>`` for top-level keys) <
+``--set KEY=VALUE`` with dotted keys.
+
+Unknown keys and values of the wrong type raise :class:`ConfigError`, whose
+message names the key and where the value came from; the CLI turns it into
+one line on stderr and exit code 2.
+
+Units are in the key names (``keepalive_s``, ``max_packet_bytes``). The key
+names ``data_dir``, ``edge.host``, ``edge.port``, ``amqp.url``,
+``amqp.address_template`` and ``amqp.profile`` are a public contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "AmqpConfig",
+    "CaptureConfig",
+    "Config",
+    "ConfigError",
+    "EdgeConfig",
+    "JobConfig",
+    "SparkConfig",
+    "TablesConfig",
+    "load_config",
+    "mask_secret",
+    "render_toml",
+]
+
+ENV_PREFIX = "LAKEGATE_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown or ill-typed.
+
+    ``key`` is the dotted key, ``source`` says where the value came from
+    (a file path, ``environment LAKEGATE_X`` or ``--set``).
+    """
+
+    def __init__(self, key: str, source: str, problem: str) -> None:
+        self.key = key
+        self.source = source
+        self.problem = problem
+        super().__init__(f"config error: {key}: {problem} (from {source})")
+
+
+@dataclass
+class EdgeConfig:
+    """The MQTT edge server (``lakegate edge``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 1883
+    #: TLS listener port; 0 = no TLS listener.
+    tls_port: int = 0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    max_connections: int = 10000
+    #: Maximum Packet Size the edge accepts (and advertises in MQTT 5 CONNACK).
+    max_packet_bytes: int = 1048576
+    #: Receive Maximum advertised in MQTT 5 CONNACK.
+    receive_maximum: int = 1024
+    #: Topic Alias Maximum advertised in MQTT 5 CONNACK (0 = no aliases).
+    topic_alias_maximum: int = 64
+    #: Unacknowledged QoS 2 packet ids allowed per client (awaiting PUBREL).
+    max_inflight_qos2: int = 1024
+    connect_timeout_s: float = 10.0
+    retain_available: bool = True
+    allow_anonymous: bool = True
+    #: Password file managed by ``lakegate passwd``; empty = no password check.
+    password_file: str = ""
+    #: "capture": PUBACK/PUBREC once the frame is durable in the capture log;
+    #: "forward": once the AMQP peer accepted the forwarded message.
+    ack_after: str = "capture"
+    #: Seconds a graceful shutdown waits for connections to close.
+    shutdown_grace_s: float = 5.0
+
+
+@dataclass
+class CaptureConfig:
+    """The capture log the edge writes and the Spark source reads."""
+
+    #: Capture stream name (the records' ``topic`` column).
+    stream: str = "mqtt-frames"
+    partitions: int = 4
+    segment_bytes: int = 64 * 1024 * 1024
+    #: Group commit: fsync at most this many ms after the first pending append...
+    fsync_interval_ms: int = 5
+    #: ...or as soon as this many appends are pending.
+    fsync_records: int = 1000
+    #: Back-pressure: appends wait once this many bytes are not yet written.
+    max_pending_bytes: int = 16 * 1024 * 1024
+    #: Retention applies only below the consumer's committed offset.
+    retention_age_s: int = 7 * 24 * 3600
+    retention_bytes: int = 10 * 1024 * 1024 * 1024
+
+
+@dataclass
+class AmqpConfig:
+    """AMQP 1.0 forwarding. An empty url turns forwarding off."""
+
+    url: str = "amqp://guest:guest@127.0.0.1:5672"
+    #: Target address per MQTT topic. Placeholders: {topic} (verbatim MQTT
+    #: topic) and {routing_key} (topic with '/' mapped to '.', for RabbitMQ's
+    #: ``/topic/<routing key>`` addresses).
+    address_template: str = "/topic/{routing_key}"
+    #: "seed" (the front-end design's mapping) or "enmasse" (its later revision).
+    profile: str = "seed"
+    #: SASL mechanisms to allow, space separated (PLAIN, ANONYMOUS).
+    sasl_mechanisms: str = "PLAIN ANONYMOUS"
+    #: User and password when the url carries none (the url wins).
+    username: str = ""
+    password: str = ""
+    tls_ca_file: str = ""
+    idle_timeout_s: float = 60.0
+    link_idle_s: float = 300.0
+    disposition_timeout_s: float = 30.0
+    max_retries: int = 5
+    retry_backoff_s: float = 0.5
+    container_id: str = "lakegate"
+
+
+@dataclass
+class TablesConfig:
+    """Delta tables under ``data_dir``."""
+
+    #: "auto" (delta-spark when its JVM classes are present, else delta-rs),
+    #: "delta-rs" or "delta-spark".
+    engine: str = "auto"
+    compact_interval_s: int = 3600
+    vacuum_retention_hours: int = 168
+
+
+@dataclass
+class JobConfig:
+    """The streaming job (``jobs/process_packets.py``, ``lakegate process``)."""
+
+    trigger_interval_s: float = 1.0
+    max_records_per_trigger: int = 100000
+    query_name: str = "lakegate"
+
+
+@dataclass
+class SparkConfig:
+    """Spark session settings (spark-submit's own --master wins)."""
+
+    master: str = "local[*]"
+    app_name: str = "lakegate"
+    driver_memory: str = "2g"
+    shuffle_partitions: int = 4
+    ui_enabled: bool = False
+    log_level: str = "WARN"
+
+
+@dataclass
+class Config:
+    """The effective lakegate configuration."""
+
+    data_dir: str = "./data"
+    log_level: str = "INFO"
+    edge: EdgeConfig = field(default_factory=EdgeConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    amqp: AmqpConfig = field(default_factory=AmqpConfig)
+    tables: TablesConfig = field(default_factory=TablesConfig)
+    job: JobConfig = field(default_factory=JobConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    #: dotted key -> where its value came from ("default" when not listed).
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- derived paths (all under data_dir) ----
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def capture_dir(self) -> Path:
+        return self.data_path / "capture"
+
+    @property
+    def tables_dir(self) -> Path:
+        return self.data_path / "tables"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.data_path / "checkpoints"
+
+    @property
+    def edge_state_dir(self) -> Path:
+        return self.data_path / "edge"
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("sources", None)
+        return d
+
+    def to_json(self, masked: bool = True) -> str:
+        d = self.as_dict()
+        if masked:
+            _mask_tree(d)
+        return json.dumps(d, indent=2, sort_keys=False)
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "amqp.profile": ("seed", "enmasse"),
+    "edge.ack_after": ("capture", "forward"),
+    "tables.engine": ("auto", "delta-rs", "delta-spark"),
+    "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+    "spark.log_level": ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"),
+}
+_POSITIVE = {
+    "capture.partitions",
+    "capture.segment_bytes",
+    "capture.fsync_records",
+    "capture.max_pending_bytes",
+    "edge.max_connections",
+    "edge.max_packet_bytes",
+    "edge.receive_maximum",
+    "edge.max_inflight_qos2",
+    "job.max_records_per_trigger",
+    "spark.shuffle_partitions",
+}
+_PORTS = {"edge.port", "edge.tls_port"}
+_SECRET_KEY = re.compile(r"(password|secret|token)", re.I)
+
+
+def _sections() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _top_level() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(Config)
+        if f.name != "sources" and not dataclasses.is_dataclass(hints[f.name])
+    }
+
+
+def _fields(section_cls: type) -> dict[str, type]:
+    hints = typing.get_type_hints(section_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section_cls)}
+
+
+def known_keys() -> dict[str, type]:
+    """Every dotted key with its Python type."""
+    keys = dict(_top_level())
+    for name, cls in _sections().items():
+        for k, t in _fields(cls).items():
+            keys[f"{name}.{k}"] = t
+    return keys
+
+
+_TYPE_WORD = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _coerce(key: str, typ: type, value: Any, source: str, from_text: bool) -> Any:
+    """Check (TOML values) or parse (environment and --set text) one value."""
+    if from_text:
+        text = str(value).strip()
+        try:
+            if typ is bool:
+                low = text.lower()
+                if low in ("true", "1", "yes", "on"):
+                    return True
+                if low in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError
+            if typ is int:
+                return int(text, 0) if text.lower().startswith(("0x", "0o", "0b")) else int(text)
+            if typ is float:
+                return float(text)
+            return str(value)
+        except ValueError:
+            raise ConfigError(key, source, f"expected {_TYPE_WORD[typ]}, got {text!r}") from None
+    ok = (
+        (typ is bool and isinstance(value, bool))
+        or (typ is int and isinstance(value, int) and not isinstance(value, bool))
+        or (typ is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (typ is str and isinstance(value, str))
+    )
+    if not ok:
+        raise ConfigError(key, source, f"expected {_TYPE_WORD[typ]}, got {type(value).__name__} {value!r}")
+    return float(value) if typ is float else value
+
+
+def _validate(key: str, value: Any, source: str) -> None:
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(key, source, f"must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+    if key in _POSITIVE and value <= 0:
+        raise ConfigError(key, source, f"must be positive, got {value!r}")
+    if key in _PORTS and not (0 <= value <= 65535):
+        raise ConfigError(key, source, f"must be a TCP port (0-65535), got {value!r}")
+    if key == "edge.receive_maximum" and value > 65535:
+        raise ConfigError(key, source, f"must be at most 65535, got {value!r}")
+    if key == "edge.topic_alias_maximum" and not (0 <= value <= 65535):
+        raise ConfigError(key, source, f"must be 0-65535, got {value!r}")
+    if key == "edge.max_packet_bytes" and value > 268435460:
+        raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")
+    if key == "amqp.address_template" and "{topic}" not in value and "{routing_key}" not in value:
+        raise ConfigError(key, source, "must contain {topic} or {routing_key}")
+    if key == "amqp.url" and value:
+        parts = urlsplit(value)
+        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+            raise ConfigError(key, source, "must be amqp://[user:pass@]host[:port] or amqps://..., or empty to turn forwarding off")
+
+
+def _set(cfg: Config, key: str, value: Any, source: str, from_text: bool) -> None:
+    keys = known_keys()
+    if key not in keys:
+        section = key.split(".", 1)[0]
+        hint = ""
+        if section in _sections():
+            hint = f"; known keys in [{section}]: {', '.join(sorted(_fields(_sections()[section])))}"
+        raise ConfigError(key, source, f"unknown key{hint}")
+    value = _coerce(key, keys[key], value, source, from_text)
+    _validate(key, value, source)
+    if "." in key:
+        section, name = key.split(".", 1)
+        setattr(getattr(cfg, section), name, value)
+    else:
+        setattr(cfg, key, value)
+    cfg.sources[key] = source
+
+
+def _flatten(tree: Mapping[str, Any], source: str, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    sections = _sections()
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            if prefix or k not in sections:
+                raise ConfigError(key, source, "unknown section" if not prefix else "unexpected table")
+            yield from _flatten(v, source, prefix=f"{key}.")
+        else:
+            yield key, v
+
+
+def _env_items(env: Mapping[str, str]) -> Iterable[tuple[str, str, str]]:
+    """(dotted key, text, source) for LAKEGATE_* variables that name config keys.
+
+    A variable whose name starts with a known section (``LAKEGATE_EDGE_...``)
+    must name a known key; other ``LAKEGATE_*`` variables that match a top-level
+    key are used, and the rest (e.g. ``LAKEGATE_SERVICES_DIR``, used by
+    scripts) are not configuration and are ignored.
+    """
+    sections = _sections()
+    top = _top_level()
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX):].lower()
+        source = f"environment {name}"
+        if rest in top:
+            yield rest, env[name], source
+            continue
+        for sec in sections:
+            if rest.startswith(sec + "_"):
+                yield f"{sec}.{rest[len(sec) + 1:]}", env[name], source
+                break
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load the effective configuration.
+
+    ``path``: a TOML file (None: built-in defaults only). ``overrides``:
+    ``KEY=VALUE`` strings from ``--set``. ``env``: the environment (default
+    ``os.environ``). Raises :class:`ConfigError`.
+    """
+    cfg = Config()
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        try:
+            with p.open("rb") as fh:
+                tree = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError("--config", source, "file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("--config", source, f"not valid TOML: {exc}") from None
+        for key, value in _flatten(tree, source):
+            _set(cfg, key, value, source, from_text=False)
+    for key, text, source in _env_items(os.environ if env is None else env):
+        _set(cfg, key, text, source, from_text=True)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, "--set", "expected KEY=VALUE")
+        key, text = item.split("=", 1)
+        _set(cfg, key.strip(), text, f"--set {key.strip()}", from_text=True)
+    return cfg
+
+
+def mask_secret(key: str, value: Any) -> Any:
+    """The value as it may be shown or logged: passwords and URL credentials masked."""
+    if isinstance(value, str) and value:
+        if _SECRET_KEY.search(key.rsplit(".", 1)[-1]):
+            return "****"
+        if "://" in value and "@" in value:
+            parts = urlsplit(value)
+            if parts.password is not None:
+                netloc = f"{parts.username}:****@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+                return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return value
+
+
+def _mask_tree(d: dict[str, Any], prefix: str = "") -> None:
+    for k, v in d.items():
+        if isinstance(v, dict):
+            _mask_tree(v, f"{prefix}{k}.")
+        else:
+            d[k] = mask_secret(f"{prefix}{k}", v)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(v)
+
+
+def render_toml(cfg: Config, masked: bool = True, with_sources: bool = True) -> str:
+    """The effective configuration as TOML, each value's source as a comment."""
+    d = cfg.as_dict()
+    if masked:
+        _mask_tree(d)
+    lines: list[str] = []
+
+    def emit(key: str, name: str, value: Any) -> None:
+        line = f"{name} = {_toml_value(value)}"
+        if with_sources:
+            line += f"  # {cfg.sources.get(key, 'default')}"
+        lines.append(line)
+
+    for k, v in d.items():
+        if not isinstance(v, dict):
+            emit(k, k, v)
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines.append("")
+            lines.append(f"[{k}]")
+            for name, value in v.items():
+                emit(f"{k}.{name}", name, value)
+    return "\n".join(lines) + "\n"

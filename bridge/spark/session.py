@@ -1,0 +1,100 @@
+"""The one Spark session factory.
+
+``build_session(config)`` returns a SparkSession:
+
+* under ``spark-submit`` it uses the master and settings spark-submit gave
+  (never overrides ``--master``);
+* otherwise it starts a local session (``spark.master``, default ``local[*]``)
+  after checking that Java 17+ is present (:class:`bridge.javacheck.JavaMissing`
+  otherwise), with the project's quiet log4j2 configuration.
+
+Library code never reaches for a global session: callers pass ``spark``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from bridge.config import Config
+from bridge.javacheck import require_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["build_session", "conf_dir", "under_spark_submit", "DELTA_CLASS"]
+
+log = logging.getLogger(__name__)
+
+#: A class that exists only when delta-spark's jars are on the JVM classpath.
+DELTA_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def conf_dir() -> Path | None:
+    """The project's conf/ directory ($LAKEGATE_CONF_DIR, else beside the package)."""
+    env = os.environ.get("LAKEGATE_CONF_DIR")
+    cand = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
+    return cand if cand.is_dir() else None
+
+
+def under_spark_submit() -> bool:
+    """True when this Python process was started by spark-submit (the JVM exists already)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _base_conf(config: Config) -> dict[str, str]:
+    conf = {
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+        "spark.ui.enabled": "true" if config.spark.ui_enabled else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": config.spark.driver_memory,
+        # Python workers must run the interpreter that has lakegate installed.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+    cdir = conf_dir()
+    if cdir is not None and (cdir / "log4j2.properties").exists():
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{cdir / 'log4j2.properties'}"
+    return conf
+
+
+def build_session(config: Config, app_name: str | None = None, extra: Mapping[str, str] | None = None) -> "SparkSession":
+    """Build (or get) the SparkSession for ``config``.
+
+    ``extra``: additional Spark properties. Raises JavaMissing (local mode only)
+    when Java 17+ is absent.
+    """
+    from pyspark.sql import SparkSession
+
+    name = app_name or config.spark.app_name
+    if under_spark_submit():
+        builder = SparkSession.builder.appName(name)
+        for k, v in (extra or {}).items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+    else:
+        require_java()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        builder = SparkSession.builder.master(config.spark.master).appName(name)
+        for k, v in {**_base_conf(config), **(extra or {})}.items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(config.spark.log_level)
+    log.info("spark session: master=%s app=%s version=%s", spark.sparkContext.master, name, spark.version)
+    return spark
+
+
+def delta_spark_available(spark: "SparkSession") -> bool:
+    """True when delta-spark's JVM classes are on the classpath."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(DELTA_CLASS)  # noqa: SLF001 - py4j handle, no public API
+        return True
+    except Exception:  # py4j raises Py4JJavaError (ClassNotFoundException)
+        return False

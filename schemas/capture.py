@@ -1,0 +1,34 @@
+"""Capture log records: the exact shape of Spark's Kafka source rows.
+
+A deployment that puts the frames into Kafka can switch the job's source
+from ``format("lakegate")`` to ``format("kafka")`` with no other change.
+"""
+
+__all__ = ["CAPTURE_RECORD_DDL", "HEADER_KEYS", "TIMESTAMP_TYPE_LOG_APPEND"]
+
+CAPTURE_RECORD_DDL = (
+    "key BINARY, "             # MQTT client id (UTF-8)
+    "value BINARY, "           # the raw MQTT frame, byte for byte
+    "topic STRING, "           # the capture stream's name
+    "partition INT, "
+    "offset BIGINT, "          # dense within a partition
+    "timestamp TIMESTAMP, "    # receive time
+    "timestampType INT, "      # 1 = LogAppendTime, as in Kafka
+    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+
+#: Kafka's TimestampType.LOG_APPEND_TIME: the edge stamps the receive time.
+TIMESTAMP_TYPE_LOG_APPEND = 1
+
+#: Capture header keys (values are UTF-8 bytes unless stated).
+HEADER_KEYS = {
+    "conn_id": "connection id (unique per edge process and connection)",
+    "proto": "MQTT protocol level: 3, 4 or 5",
+    "remote": "remote address host:port",
+    "username": "CONNECT user name, when given",
+    "origin": "client, will or tap",
+    "seq": "capture sequence: orders records across partitions (decimal)",
+    "alias_topic": "the resolved topic, where the frame used a topic alias",
+    "dup": "1 when the edge recognised a QoS 2 re-send of a packet id awaiting PUBREL",
+    "reject": "rule id, when the edge rejected the frame (the frame is recorded, not acted on)",
+}

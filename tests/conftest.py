@@ -1,0 +1,72 @@
+"""Shared fixtures: one Spark session per test run, the real brokers, paths.
+
+Tests that need a broker use the real RabbitMQ and Mosquitto started by
+``scripts/services up`` (the README's test command starts them). When a
+broker does not answer, those tests fail with a message saying so, unless
+LAKEGATE_SKIP_BROKERS=1 is set, in which case they skip with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+RABBITMQ = ("127.0.0.1", int(os.environ.get("RABBITMQ_PORT", "5672")))
+MOSQUITTO = ("127.0.0.1", int(os.environ.get("MOSQUITTO_PORT", "18830")))
+AMQP_URL = f"amqp://guest:guest@{RABBITMQ[0]}:{RABBITMQ[1]}"
+
+
+def _answers(addr: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(addr, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _need(addr: tuple[str, int], name: str) -> None:
+    if _answers(addr):
+        return
+    msg = f"{name} does not answer on {addr[0]}:{addr[1]}; start it with scripts/services up"
+    if os.environ.get("LAKEGATE_SKIP_BROKERS") == "1":
+        pytest.skip(msg + " (skipped: LAKEGATE_SKIP_BROKERS=1)")
+    pytest.fail(msg)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> str:
+    """The AMQP URL of the real RabbitMQ (AMQP 1.0 plugin)."""
+    _need(RABBITMQ, "RabbitMQ")
+    return AMQP_URL
+
+
+@pytest.fixture(scope="session")
+def mosquitto() -> tuple[str, int]:
+    """(host, port) of the real Mosquitto."""
+    _need(MOSQUITTO, "Mosquitto")
+    return MOSQUITTO
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole run, built by the project's factory."""
+    from bridge.config import load_config
+    from bridge.spark.session import build_session
+
+    cfg = load_config(None, ["spark.master=local[2]", "spark.shuffle_partitions=2"], env={})
+    session = build_session(cfg, app_name="lakegate-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lakegate_cmd() -> list[str]:
+    """argv prefix that runs the lakegate CLI of this checkout."""
+    return [sys.executable, "-m", "bridge"]

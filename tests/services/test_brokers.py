@@ -1,0 +1,84 @@
+"""The real services the suite depends on: RabbitMQ (AMQP 1.0) and Mosquitto."""
+
+import os
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.broker
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_amqp10_message_round_trip_through_rabbitmq(rabbitmq):
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    name = "lg-test-" + uuid.uuid4().hex[:8]
+    conn = BlockingConnection(rabbitmq, allowed_mechs="PLAIN")
+    try:
+        receiver = conn.create_receiver(f"/queue/{name}")
+        sender = conn.create_sender(f"/queue/{name}")
+        sender.send(Message(body=b"\x00hello", id=7, durable=True, annotations={"x-qos": 1}))
+        got = receiver.receive(timeout=10)
+        receiver.accept()
+        assert bytes(got.body) == b"\x00hello"
+        assert got.id == 7 and got.durable is True
+        assert got.annotations["x-qos"] == 1
+    finally:
+        conn.close()
+        subprocess.run(["rabbitmqctl", "-q", "delete_queue", name], capture_output=True)
+
+
+def test_mqtt_message_round_trip_through_mosquitto(mosquitto):
+    import paho.mqtt.client as mqtt
+
+    host, port = mosquitto
+    topic = "lakegate/test/" + uuid.uuid4().hex[:8]
+    got: list[bytes] = []
+    subscribed, received = threading.Event(), threading.Event()
+
+    sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    sub.on_subscribe = lambda *a: subscribed.set()
+
+    def on_message(client, userdata, msg):
+        got.append(msg.payload)
+        received.set()
+
+    sub.on_message = on_message
+    sub.connect(host, port)
+    sub.loop_start()
+    try:
+        sub.subscribe(topic, qos=1)
+        assert subscribed.wait(10)
+        pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+        pub.connect(host, port)
+        pub.loop_start()
+        pub.publish(topic, b"hello", qos=1).wait_for_publish(10)
+        pub.loop_stop()
+        pub.disconnect()
+        assert received.wait(10)
+        assert got == [b"hello"]
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+
+
+def test_services_script_without_apt_is_a_clear_message():
+    env = dict(os.environ, RABBITMQ_SERVER_BIN="/nonexistent/rabbitmq-server", APT_GET_BIN="/nonexistent/apt-get")
+    out = subprocess.run([str(ROOT / "scripts" / "services"), "up"], capture_output=True, text=True, env=env)
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        "services: missing rabbitmq-server and this machine has no apt-get; install RabbitMQ "
+        "(with the rabbitmq_amqp1_0 plugin) and Mosquitto with your package manager, then run 'scripts/services up' again"
+    )
+    assert "Traceback" not in out.stderr
+
+
+def test_services_status_reports_both(rabbitmq, mosquitto):
+    out = subprocess.run([str(ROOT / "scripts" / "services"), "status"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rabbitmq: up on 127.0.0.1:5672" in out.stdout and "amqp1_0 plugin on" in out.stdout
+    assert "mosquitto: up on 127.0.0.1:18830" in out.stdout
