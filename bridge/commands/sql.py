@@ -1,0 +1,121 @@
+"""``lakegate sql "SELECT ..."``: Spark SQL over messages, retained, quarantine.
+
+``--as-of VERSION|TIMESTAMP`` time-travels every view the query names;
+``--format table|csv|json`` (json: one JSON array of row objects; binary
+columns as base64, as Spark's to_json does; timestamps ISO 8601).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import datetime as dt
+import decimal
+import json
+import logging
+import sys
+from typing import Any
+
+from bridge.config import Config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", help="a Spark SQL query over the views messages, retained, retained_all, quarantine")
+    p.add_argument("--as-of", metavar="VERSION|TIMESTAMP", help="read the tables at a Delta version or an ISO timestamp")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--limit", type=int, default=None, help="at most this many rows (default: all)")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "asDict"):
+        return {k: _jsonable(x) for k, x in v.asDict(recursive=False).items()}
+    return v
+
+
+def _cell(v: Any) -> str:
+    """A value as one table/csv cell: binary as 0x-hex (first 32 bytes), nested as JSON."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+        shown = "0x" + b[:32].hex()
+        return shown + (f"...({len(b)} bytes)" if len(b) > 32 else "")
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat()
+    if isinstance(v, (list, tuple, dict)) or hasattr(v, "asDict"):
+        return json.dumps(_jsonable(v), ensure_ascii=False)
+    return str(v)
+
+
+def print_rows(columns: list[str], rows: list[Any], fmt: str, out=sys.stdout) -> None:
+    if fmt == "json":
+        json.dump([{c: _jsonable(r[i]) for i, c in enumerate(columns)} for r in rows], out, ensure_ascii=False)
+        out.write("\n")
+        return
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow(["" if x is None else _cell(x) for x in r])
+        return
+    cells = [[_cell(x) for x in r] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out.write(line + "\n")
+    out.write("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |\n")
+    out.write(line + "\n")
+    for row in cells:
+        out.write("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |\n")
+    out.write(line + "\n")
+    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def _as_of(text: str | None) -> int | str | None:
+    if text is None:
+        return None
+    return int(text) if text.strip().isdigit() else text.strip()
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from bridge.cli import UsageError
+    from bridge.spark.session import build_session
+    from bridge.tables.engine import AsOfError, make_engine
+    from bridge.tables.views import register_views, views_in_query
+
+    if "log_level" not in config.sources:
+        # A query tool's stderr stays quiet unless log_level was asked for.
+        logging.getLogger("bridge").setLevel(logging.WARNING)
+    spark = build_session(config, app_name="lakegate-sql")
+    try:
+        engine = make_engine(config, spark)
+        try:
+            register_views(spark, engine, as_of=_as_of(args.as_of), views=views_in_query(args.query) if args.as_of else None)
+        except AsOfError as exc:
+            raise UsageError(str(exc)) from None
+        from pyspark.errors import PySparkException
+
+        try:
+            df = spark.sql(args.query)
+            if args.limit is not None:
+                df = df.limit(args.limit)
+            rows = df.collect()
+        except PySparkException as exc:
+            # Spark's own message (unknown table or column, syntax), without the JVM stack.
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            msg = msg.split("; line ")[0] if "SQLSTATE" in msg else msg
+            raise UsageError(f"sql: {msg}") from None
+        print_rows(df.columns, rows, args.format)
+        return 0
+    finally:
+        spark.stop()

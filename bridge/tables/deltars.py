@@ -1,0 +1,182 @@
+"""The delta-rs engine (``deltalake``): the embedded default.
+
+Writes happen on the driver from Arrow data. Spark reads a snapshot by
+listing its active Parquet files (``DeltaTable.file_uris``) with the table's
+schema; a table whose protocol needs deletion vectors (written by another
+engine) is read through Arrow instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from bridge.tables.engine import PARTITION_BY, SCHEMAS, AsOfError, MergeResult, TableEngine, VersionRange
+from schemas.ddl import to_spark
+from schemas.tables import TABLES
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["DeltaRsEngine"]
+
+log = logging.getLogger(__name__)
+_COMMIT_RETRIES = 5
+
+
+def _commit(app_id: str, version: int) -> CommitProperties:
+    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=_COMMIT_RETRIES)
+
+
+class DeltaRsEngine(TableEngine):
+    name = "delta-rs"
+
+    def ensure(self) -> None:
+        self.tables_dir.mkdir(parents=True, exist_ok=True)
+        for table in TABLES:
+            p = self.path(table)
+            if not DeltaTable.is_deltatable(str(p)):
+                DeltaTable.create(str(p), schema=SCHEMAS[table], partition_by=PARTITION_BY[table] or None,
+                                  mode="ignore", name=table)
+                log.info("tables: created %s at %s", table, p)
+
+    def _table(self, table: str) -> DeltaTable:
+        try:
+            return DeltaTable(str(self.path(table)))
+        except TableNotFoundError:
+            self.ensure()
+            return DeltaTable(str(self.path(table)))
+
+    def committed_version(self, table: str, app_id: str) -> int | None:
+        return self._table(table).transaction_version(app_id)
+
+    def _already(self, table: str, dtable: DeltaTable, app_id: str, version: int) -> bool:
+        last = dtable.transaction_version(app_id)
+        if last is not None and last >= version:
+            log.info("tables: %s already has batch %d of %s (last %d); skipped", table, version, app_id, last)
+            return True
+        return False
+
+    def append(self, table: str, rows: pa.Table, app_id: str, version: int) -> bool:
+        dtable = self._table(table)
+        if self._already(table, dtable, app_id, version):
+            return False
+        rows = rows.cast(SCHEMAS[table])
+        write_deltalake(dtable, rows, mode="append", partition_by=PARTITION_BY[table] or None,
+                        commit_properties=_commit(app_id, version))
+        log.debug("tables: %s +%d rows (batch %d)", table, rows.num_rows, version)
+        return True
+
+    def merge_retained(self, changes: pa.Table, app_id: str, version: int) -> MergeResult:
+        dtable = self._table("retained")
+        if self._already("retained", dtable, app_id, version):
+            return MergeResult(skipped=True, upserts=0, deletes=0)
+        deletes = int(sum(1 for d in changes["deleted"].to_pylist() if d)) if changes.num_rows else 0
+        upserts = changes.num_rows - deletes
+        changes = changes.cast(SCHEMAS["retained"])
+        for attempt in range(_COMMIT_RETRIES):
+            try:
+                before = dtable.version()
+                applied = 0
+                if changes.num_rows:
+                    metrics = (
+                        dtable.merge(changes, predicate="t.topic = s.topic", source_alias="s", target_alias="t",
+                                     commit_properties=_commit(app_id, version))
+                        .when_matched_update_all(predicate="s.seq > t.seq")
+                        .when_not_matched_insert_all()
+                        .execute()
+                    )
+                    applied = int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
+                    dtable.update_incremental()
+                if dtable.version() == before:
+                    # Nothing changed (empty batch, or only late, older records):
+                    # delta-rs made no commit, so record the app transaction in
+                    # an empty one; the table's record of what it has applied
+                    # never lags behind the other tables.
+                    dtable.create_write_transaction([], mode="append", schema=dtable.schema(),
+                                                    commit_properties=_commit(app_id, version))
+                break
+            except CommitFailedError:
+                if attempt == _COMMIT_RETRIES - 1:
+                    raise
+                dtable = self._table("retained")
+                if self._already("retained", dtable, app_id, version):
+                    return MergeResult(skipped=True, upserts=0, deletes=0)
+        return MergeResult(skipped=False, upserts=upserts, deletes=deletes, applied=applied)
+
+    def _at(self, table: str, as_of: int | str | None) -> DeltaTable:
+        dtable = self._table(table)
+        if as_of is None:
+            return dtable
+        rng = self.versions(table)
+        if isinstance(as_of, int):
+            if not rng.oldest <= as_of <= rng.newest:
+                raise AsOfError(f"{table}: version {as_of} does not exist (oldest {rng.oldest}, newest {rng.newest})")
+            dtable.load_as_version(as_of)
+            return dtable
+        try:
+            when = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
+        except ValueError:
+            raise AsOfError(f"--as-of {as_of!r} is neither a version number nor an ISO timestamp") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        try:
+            dtable.load_as_version(when)
+        except Exception as exc:  # delta-rs raises a generic error for a time before the first commit
+            raise AsOfError(f"{table}: no version at {when.isoformat()} (oldest {rng.oldest}, newest {rng.newest}): {exc}") from None
+        return dtable
+
+    def arrow(self, table: str, as_of: int | str | None = None) -> pa.Table:
+        """The table as Arrow (driver memory; for tests and small tables)."""
+        return self._at(table, as_of).to_pyarrow_table().cast(SCHEMAS[table])
+
+    def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":
+        dtable = self._at(table, as_of)
+        schema = to_spark(TABLES[table])
+        features = set(getattr(dtable.protocol(), "reader_features", None) or [])
+        if "deletionVectors" in features:
+            return spark.createDataFrame(dtable.to_pyarrow_table().cast(SCHEMAS[table]), schema)
+        files = dtable.file_uris()
+        if not files:
+            return spark.createDataFrame([], schema)
+        base = str(self.path(table))
+        return spark.read.schema(schema).option("basePath", base).parquet(*files).select(*schema.fieldNames())
+
+    def versions(self, table: str) -> VersionRange:
+        dtable = self._table(table)
+        newest = dtable.version()
+        history = [h.get("version") for h in dtable.history() if h.get("version") is not None]
+        oldest = min(history) if history else newest
+        return VersionRange(oldest=int(oldest), newest=int(newest))
+
+    def compact(self) -> dict[str, Any]:
+        out = {}
+        for table in TABLES:
+            metrics = self._table(table).optimize.compact()
+            out[table] = {"files_added": metrics.get("numFilesAdded", 0), "files_removed": metrics.get("numFilesRemoved", 0)}
+        return out
+
+    def vacuum(self, retention_hours: int) -> dict[str, int]:
+        out = {}
+        for table in TABLES:
+            removed = self._table(table).vacuum(retention_hours=retention_hours, dry_run=False,
+                                                enforce_retention_duration=False)
+            out[table] = len(removed)
+        return out
+
+    def expire_retained(self, now_us: int) -> int:
+        dtable = self._table("retained")
+        now = dt.datetime.fromtimestamp(now_us / 1e6, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        nulls = {c: "NULL" for c in ("payload", "qos", "payload_format_indicator", "message_expiry_interval",
+                                     "content_type", "response_topic", "correlation_data", "user_properties",
+                                     "set_at", "expires_at")}
+        metrics = dtable.update(
+            predicate=f"NOT deleted AND expires_at IS NOT NULL AND expires_at <= arrow_cast('{now}', 'Timestamp(Microsecond, Some(\"UTC\"))')",
+            updates={"deleted": "true", **nulls},
+        )
+        return int(metrics.get("num_updated_rows", 0))

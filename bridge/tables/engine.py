@@ -1,0 +1,129 @@
+"""One interface over two Delta engines.
+
+* ``delta-rs`` (``deltalake``, the embedded default): writes and reads Delta
+  from Python with no JVM jars; Spark reads the snapshot's Parquet files.
+* ``delta-spark``: used when delta-spark's JVM classes are on the classpath
+  (a cluster started with ``--packages io.delta:delta-spark_2.13:4.x``):
+  ``spark.read.format("delta")`` and ``MERGE INTO``.
+
+Both give the same semantics: appends and the retained MERGE record the
+writer's application transaction (``app_id``, ``version`` = batch id); a write
+whose batch the table already committed is skipped, so a re-run batch never
+duplicates. The check is made by the writer itself: delta-rs records an app
+transaction but does not refuse a replayed one.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from schemas.ddl import to_arrow
+from schemas.tables import MESSAGES_PARTITION_BY, TABLES
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from bridge.config import Config
+
+__all__ = ["AsOfError", "MergeResult", "TableEngine", "VersionRange", "make_engine", "PARTITION_BY", "SCHEMAS"]
+
+log = logging.getLogger(__name__)
+
+SCHEMAS: dict[str, pa.Schema] = {name: to_arrow(ddl) for name, ddl in TABLES.items()}
+PARTITION_BY: dict[str, list[str]] = {"messages": MESSAGES_PARTITION_BY, "retained": [], "quarantine": ["receive_date"]}
+
+
+class AsOfError(ValueError):
+    """A time-travel version or timestamp that the table does not have (one line)."""
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    skipped: bool          # the table had committed this batch already
+    upserts: int           # topics this batch sets or replaces
+    deletes: int           # topics this batch clears (tombstones)
+    applied: int = 0       # rows the MERGE changed (late, older changes are not applied)
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    oldest: int
+    newest: int
+
+
+class TableEngine(abc.ABC):
+    """Delta tables under ``tables_dir``: messages, retained, quarantine."""
+
+    name: str = "?"
+
+    def __init__(self, tables_dir: str | Path) -> None:
+        self.tables_dir = Path(tables_dir)
+
+    def path(self, table: str) -> Path:
+        if table not in TABLES:
+            raise KeyError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+        return self.tables_dir / table
+
+    @abc.abstractmethod
+    def ensure(self) -> None:
+        """Create the three tables when missing (idempotent)."""
+
+    @abc.abstractmethod
+    def committed_version(self, table: str, app_id: str) -> int | None:
+        """The last batch id ``app_id`` committed to ``table`` (None: never)."""
+
+    @abc.abstractmethod
+    def append(self, table: str, rows: pa.Table, app_id: str, version: int) -> bool:
+        """Append rows under app transaction (app_id, version); False when skipped as a replay."""
+
+    @abc.abstractmethod
+    def merge_retained(self, changes: pa.Table, app_id: str, version: int) -> MergeResult:
+        """Apply ``retained_rule.retained_changes`` output: replace a topic's row only
+        when the change has a higher capture sequence; insert otherwise."""
+
+    @abc.abstractmethod
+    def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":
+        """The table (optionally at a version or timestamp) as a Spark DataFrame."""
+
+    @abc.abstractmethod
+    def versions(self, table: str) -> VersionRange:
+        """Oldest and newest version that can be read."""
+
+    @abc.abstractmethod
+    def compact(self) -> dict[str, Any]:
+        """Compact small files of every table; returns metrics per table."""
+
+    @abc.abstractmethod
+    def vacuum(self, retention_hours: int) -> dict[str, int]:
+        """Delete files no longer referenced and older than the retention; counts per table."""
+
+    @abc.abstractmethod
+    def expire_retained(self, now_us: int) -> int:
+        """Turn retained rows whose expires_at has passed into tombstones; returns how many."""
+
+
+def make_engine(config: "Config", spark: "SparkSession | None" = None) -> TableEngine:
+    """The engine ``tables.engine`` asks for ("auto": delta-spark when its JVM classes are present)."""
+    choice = config.tables.engine
+    if choice == "auto":
+        from bridge.spark.session import delta_spark_available
+
+        choice = "delta-spark" if spark is not None and delta_spark_available(spark) else "delta-rs"
+    if choice == "delta-spark":
+        from bridge.tables.deltaspark import DeltaSparkEngine
+
+        if spark is None:
+            raise ValueError("tables.engine = delta-spark needs a SparkSession")
+        engine: TableEngine = DeltaSparkEngine(config.tables_dir, spark)
+    else:
+        from bridge.tables.deltars import DeltaRsEngine
+
+        engine = DeltaRsEngine(config.tables_dir)
+    log.info("tables: engine=%s dir=%s", engine.name, config.tables_dir)
+    return engine

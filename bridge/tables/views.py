@@ -1,0 +1,77 @@
+"""SQL over the Delta tables: views, time travel and ``mqtt_match``.
+
+``register_views(spark, engine)`` registers, in a given SparkSession:
+
+* ``messages``: every valid PUBLISH;
+* ``retained``: the current retained messages (tombstones and messages past
+  their ``expires_at`` left out);
+* ``retained_all``: the retained table as stored, tombstones included;
+* ``quarantine``: frames that broke a rule;
+* the SQL function ``mqtt_match(filter, topic)``: whether a subscription to
+  ``filter`` would receive a message on ``topic`` (``+``, ``#``, and no
+  wildcard-first match of ``$`` topics); NULL for an ill-formed filter.
+
+Notebooks and spark-submit users call the same function as ``lakegate sql``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterable
+
+from bridge.tables.engine import TableEngine
+from schemas.tables import TABLES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["VIEWS", "register_mqtt_match", "register_views", "views_in_query"]
+
+#: view name -> the table it reads
+VIEWS = {"messages": "messages", "retained": "retained", "retained_all": "retained", "quarantine": "quarantine"}
+
+
+def _mqtt_match(flt, topic):  # runs on executors; module-level so it pickles by reference
+    from bridge.topic_filter import matches
+
+    return matches(flt, topic)
+
+
+def register_mqtt_match(spark: "SparkSession") -> None:
+    """Register the SQL function ``mqtt_match(filter STRING, topic STRING) -> BOOLEAN``."""
+    from pyspark.sql.types import BooleanType
+
+    spark.udf.register("mqtt_match", _mqtt_match, BooleanType())
+
+
+def views_in_query(sql: str) -> list[str]:
+    """The lakegate views a query mentions (word match, case-insensitive)."""
+    return [v for v in VIEWS if re.search(rf"(?i)(?<![\w.`]){re.escape(v)}(?![\w`])", sql)]
+
+
+def register_views(spark: "SparkSession", engine: TableEngine, as_of: int | str | None = None,
+                   views: Iterable[str] | None = None) -> list[str]:
+    """Register the views (all, or those named) at the latest version or ``as_of``.
+
+    Raises ``bridge.tables.engine.AsOfError`` (one line naming the oldest and
+    newest versions) when ``as_of`` does not exist in a table.
+    """
+    engine.ensure()
+    names = list(VIEWS) if views is None else list(views)
+    done = []
+    frames = {}
+    for view in names:
+        table = VIEWS[view]
+        if table not in frames:
+            frames[table] = engine.dataframe(spark, table, as_of)
+        df = frames[table]
+        if view == "retained":
+            from pyspark.sql import functions as F
+
+            df = df.where(~F.col("deleted") & (F.col("expires_at").isNull() | (F.col("expires_at") > F.current_timestamp())))
+            df = df.drop("deleted")
+        df.createOrReplaceTempView(view)
+        done.append(view)
+    register_mqtt_match(spark)
+    return done
+

@@ -1,0 +1,33 @@
+"""Test helpers: build table-shaped Arrow rows from short descriptions."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+
+from schemas.ddl import to_arrow
+from schemas.tables import MESSAGES_DDL
+
+MESSAGES_SCHEMA = to_arrow(MESSAGES_DDL)
+T0 = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def publish(topic: str, payload: bytes = b"x", *, retain: bool = True, seq: int, qos: int = 1,
+            partition: int = 0, offset: int | None = None, duplicate: bool = False, origin: str = "client",
+            expiry: int | None = None, client_id: str = "dev-1", at: dt.datetime | None = None,
+            user_properties=None, content_type=None) -> dict:
+    at = at or (T0 + dt.timedelta(seconds=seq))
+    return {
+        "stream": "mqtt-frames", "partition": partition, "offset": seq if offset is None else offset, "seq": seq,
+        "receive_time": at, "receive_date": at.date(), "conn_id": "c1", "client_id": client_id, "username": None,
+        "protocol_level": 5, "origin": origin, "duplicate": duplicate, "dup": False, "qos": qos, "retain": retain,
+        "topic": topic, "topic_alias": None, "packet_id": 1 if qos else None, "payload": payload,
+        "payload_size": len(payload), "payload_format_indicator": None, "message_expiry_interval": expiry,
+        "response_topic": None, "correlation_data": None, "user_properties": user_properties or [],
+        "subscription_identifiers": [], "content_type": content_type,
+    }
+
+
+def table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=MESSAGES_SCHEMA)

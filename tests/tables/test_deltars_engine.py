@@ -1,0 +1,97 @@
+"""The delta-rs engine: idempotent appends and MERGE, time travel, expiry, vacuum."""
+
+import datetime as dt
+
+import pytest
+
+from bridge.tables.deltars import DeltaRsEngine
+from bridge.tables.engine import AsOfError
+from bridge.tables.retained_rule import retained_changes
+from tests.tables.rows import T0, publish, table
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = DeltaRsEngine(tmp_path / "tables")
+    e.ensure()
+    return e
+
+
+def current(engine):
+    return {r["topic"]: r for r in engine.arrow("retained").to_pylist()}
+
+
+def test_ensure_is_idempotent_and_creates_three_tables(engine):
+    engine.ensure()
+    for t in ("messages", "retained", "quarantine"):
+        assert engine.versions(t).newest == 0
+
+
+def test_append_records_the_app_transaction_and_refuses_a_replay(engine):
+    rows = table([publish("a", seq=1), publish("b", seq=2)])
+    assert engine.append("messages", rows, "query-1", 0) is True
+    assert engine.append("messages", rows, "query-1", 0) is False  # replayed batch
+    assert engine.committed_version("messages", "query-1") == 0
+    assert engine.arrow("messages").num_rows == 2
+    assert engine.append("messages", rows, "query-1", 1) is True
+    assert engine.append("messages", rows, "query-2", 0) is True  # another query is another app
+    assert engine.arrow("messages").num_rows == 6
+
+
+def test_messages_are_partitioned_by_receive_date(engine):
+    engine.append("messages", table([publish("a", seq=1)]), "q", 0)
+    parts = list((engine.path("messages")).glob("receive_date=*"))
+    assert [p.name for p in parts] == [f"receive_date={T0.date().isoformat()}"]
+
+
+def test_merge_replaces_deletes_and_never_lets_an_older_record_win(engine):
+    engine.merge_retained(retained_changes(table([publish("a", b"v1", seq=5), publish("b", b"v", seq=6)])), "q", 0)
+    # a later batch carries an OLDER record for a (seq 3) and a newer delete for b
+    res = engine.merge_retained(retained_changes(table([publish("a", b"stale", seq=3), publish("b", b"", seq=9)])), "q", 1)
+    assert (res.upserts, res.deletes, res.applied) == (1, 1, 1)
+    now = current(engine)
+    assert now["a"]["payload"] == b"v1" and now["a"]["seq"] == 5
+    assert now["b"]["deleted"] is True and now["b"]["payload"] is None
+    # an older record arriving after the delete does not bring b back
+    engine.merge_retained(retained_changes(table([publish("b", b"zombie", seq=7)])), "q", 2)
+    assert current(engine)["b"]["deleted"] is True
+
+
+def test_merge_replay_is_skipped_and_noop_batches_still_record_the_transaction(engine):
+    changes = retained_changes(table([publish("a", b"v1", seq=5)]))
+    assert engine.merge_retained(changes, "q", 0).skipped is False
+    assert engine.merge_retained(changes, "q", 0).skipped is True
+    assert engine.merge_retained(retained_changes(table([])), "q", 1).skipped is False
+    assert engine.committed_version("retained", "q") == 1
+
+
+def test_time_travel_and_missing_version_names_oldest_and_newest(engine):
+    engine.merge_retained(retained_changes(table([publish("a", b"v1", seq=1)])), "q", 0)
+    engine.merge_retained(retained_changes(table([publish("a", b"v2", seq=2)])), "q", 1)
+    assert {r["topic"]: r["payload"] for r in engine.arrow("retained", as_of=1).to_pylist()} == {"a": b"v1"}
+    assert {r["topic"]: r["payload"] for r in engine.arrow("retained", as_of=2).to_pylist()} == {"a": b"v2"}
+    with pytest.raises(AsOfError, match=r"^retained: version 9 does not exist \(oldest 0, newest 2\)$"):
+        engine.arrow("retained", as_of=9)
+    with pytest.raises(AsOfError, match="neither a version number nor an ISO timestamp"):
+        engine.arrow("retained", as_of="yesterday")
+
+
+def test_expire_retained_turns_expired_rows_into_tombstones(engine):
+    rows = [publish("short", b"v", seq=1, expiry=10, at=T0), publish("long", b"v", seq=2, expiry=3600, at=T0),
+            publish("forever", b"v", seq=3, at=T0)]
+    engine.merge_retained(retained_changes(table(rows)), "q", 0)
+    n = engine.expire_retained(int((T0 + dt.timedelta(seconds=60)).timestamp() * 1e6))
+    assert n == 1
+    now = current(engine)
+    assert now["short"]["deleted"] is True and now["short"]["payload"] is None
+    assert now["long"]["deleted"] is False and now["forever"]["deleted"] is False
+
+
+def test_compact_and_vacuum_keep_the_data(engine):
+    for i in range(5):
+        engine.append("messages", table([publish(f"t{i}", seq=i)]), "q", i)
+    metrics = engine.compact()
+    assert metrics["messages"]["files_removed"] == 5 and metrics["messages"]["files_added"] == 1
+    removed = engine.vacuum(retention_hours=0)
+    assert removed["messages"] == 5
+    assert engine.arrow("messages").num_rows == 5

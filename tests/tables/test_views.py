@@ -1,0 +1,66 @@
+"""Spark SQL over the delta-rs tables: views, the retained view's filters, mqtt_match."""
+
+import datetime as dt
+
+import pytest
+
+from bridge.tables.deltars import DeltaRsEngine
+from bridge.tables.engine import AsOfError
+from bridge.tables.retained_rule import retained_changes
+from bridge.tables.views import register_views, views_in_query
+from tests.tables.rows import publish, table
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = DeltaRsEngine(tmp_path / "tables")
+    e.ensure()
+    return e
+
+
+def test_views_in_query_word_match():
+    assert views_in_query("SELECT * FROM retained r JOIN messages m") == ["messages", "retained"]
+    assert views_in_query("select topic from RETAINED_all") == ["retained_all"]
+    assert views_in_query("select my_messages from x") == []
+
+
+def test_retained_view_hides_tombstones_and_expired_rows(spark, engine):
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = [
+        publish("live", b"1", seq=1, at=now),
+        publish("gone", b"1", seq=2, at=now), publish("gone", b"", seq=3, at=now),
+        publish("expired", b"1", seq=4, expiry=1, at=now - dt.timedelta(hours=1)),
+        publish("fresh", b"1", seq=5, expiry=3600, at=now),
+        publish("plain", b"1", retain=False, seq=6, at=now),
+    ]
+    engine.append("messages", table(rows), "q", 0)
+    engine.merge_retained(retained_changes(table(rows)), "q", 0)
+    register_views(spark, engine)
+    topics = sorted(r.topic for r in spark.sql("SELECT topic FROM retained").collect())
+    assert topics == ["fresh", "live"]
+    assert "deleted" not in spark.table("retained").columns
+    assert spark.sql("SELECT count(*) c FROM retained_all").first().c == 4
+    assert spark.sql("SELECT count(*) c FROM messages").first().c == 6
+    # partition column comes back from the directory layout
+    assert spark.sql("SELECT DISTINCT receive_date d FROM messages").first().d == now.date()
+
+
+def test_mqtt_match_in_sql_answers_which_retained_messages_a_subscription_gets(spark, engine):
+    rows = [publish(t, b"1", seq=i) for i, t in enumerate(["dev/1/status", "dev/2/status", "dev/1/temp", "$SYS/x"])]
+    engine.merge_retained(retained_changes(table(rows)), "q", 0)
+    register_views(spark, engine)
+    got = sorted(r.topic for r in spark.sql("SELECT topic FROM retained WHERE mqtt_match('dev/+/status', topic)").collect())
+    assert got == ["dev/1/status", "dev/2/status"]
+    assert spark.sql("SELECT count(*) c FROM retained WHERE mqtt_match('#', topic)").first().c == 3
+    assert spark.sql("SELECT mqtt_match('a/#/b', 'a/x/b') m").first().m is None
+
+
+def test_time_travel_through_spark(spark, engine):
+    engine.merge_retained(retained_changes(table([publish("a", b"v1", seq=1)])), "q", 0)
+    engine.merge_retained(retained_changes(table([publish("a", b"v2", seq=2)])), "q", 1)
+    register_views(spark, engine, as_of=1, views=["retained"])
+    assert spark.sql("SELECT payload FROM retained").first().payload == b"v1"
+    with pytest.raises(AsOfError, match=r"^retained: version 5 does not exist \(oldest 0, newest 2\)$"):
+        register_views(spark, engine, as_of=5, views=["retained"])
