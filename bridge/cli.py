@@ -31,6 +31,8 @@ class UsageError(Exception):
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config_cmd", "show the effective configuration (secrets masked)"),
     "doctor": ("doctor", "check prerequisites: Java, Python packages, services, data directory"),
+    "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),
+    "compact": ("compact", "expire retained messages, compact small files, vacuum old ones"),
 }
 
 
@@ -69,6 +71,10 @@ def setup_logging(config: Config) -> None:
     )
     # py4j logs every gateway call at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # PySpark logs every SQL analysis error with its whole JVM stack before
+    # raising it; the command prints the error itself, in one line.
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
