@@ -1,0 +1,146 @@
+"""The foreachBatch step: tables, then AMQP forwarding, then maintenance.
+
+``BatchStep`` is called by Spark once per micro-batch, on the driver, with the
+batch's frame rows (``schemas.tables.FRAME_ROW_DDL``). It is not pickled and
+never runs on executors; forwarding itself runs on executors (one AMQP
+connection per task over a capture partition).
+
+Order and failure semantics:
+
+1. the three tables (``bridge.tables.writer.write_tables``), each under the
+   app transaction (query id, batch id): a re-run batch writes nothing twice;
+2. AMQP forwarding of every valid PUBLISH (edge-marked QoS 2 duplicates left
+   out) and every PUBREL, at least once, each message carrying its capture
+   coordinates as a stable identity; a failure fails the batch and Spark
+   re-runs it from the checkpoint (tables skip, forwarding sends again);
+3. table maintenance when ``tables.compact_interval_s`` has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from bridge.config import Config
+from bridge.tables.engine import TableEngine
+from bridge.tables.maintenance import run_maintenance
+from bridge.tables.writer import TableStats, write_tables
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["BatchStats", "BatchStep", "forward_rows", "query_id_from_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+PUBLISH, PUBREL = 3, 6
+
+
+@dataclass
+class BatchStats:
+    batch_id: int
+    tables: TableStats | None = None
+    forwarded: int = 0
+    forward_expired: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def query_id_from_checkpoint(checkpoint: str | Path) -> str:
+    """The streaming query's id, which persists across restarts from its checkpoint.
+
+    Spark writes ``<checkpoint>/metadata`` (``{"id": ...}``) when the query
+    starts, before the first batch.
+    """
+    meta = Path(checkpoint) / "metadata"
+    with meta.open() as fh:
+        return json.loads(fh.readline())["id"]
+
+
+def forward_rows(frames: "DataFrame") -> "DataFrame":
+    """The rows AMQP forwarding sends (``schemas.forward.FORWARD_DDL``), from frame rows."""
+    from pyspark.sql import functions as F
+
+    ok = F.col("valid") & F.col("edge_rule").isNull()
+    is_pub = (F.col("packet_type") == PUBLISH) & ~F.col("duplicate")
+    is_rel = (F.col("packet_type") == PUBREL) & F.col("rel_topic").isNotNull()
+    sel = frames.where(ok & (is_pub | is_rel))
+    pub = F.col("packet_type") == PUBLISH
+
+    def pub_only(c: str):
+        return F.when(pub, F.col(c))
+
+    return sel.select(
+        F.when(pub, F.lit("publish")).otherwise(F.lit("pubrel")).alias("kind"),
+        F.when(pub, F.col("topic")).otherwise(F.col("rel_topic")).alias("topic"),
+        F.col("packet_id"),
+        F.when(pub, F.col("qos")).otherwise(F.lit(2)).alias("qos"),
+        pub_only("retain").alias("retain"),
+        pub_only("dup").alias("dup"),
+        pub_only("payload").alias("payload"),
+        pub_only("payload_format_indicator").alias("payload_format_indicator"),
+        pub_only("message_expiry_interval").alias("message_expiry_interval"),
+        pub_only("response_topic").alias("response_topic"),
+        pub_only("correlation_data").alias("correlation_data"),
+        pub_only("user_properties").alias("user_properties"),
+        pub_only("content_type").alias("content_type"),
+        "stream", "partition", "offset", "seq", "conn_id", "client_id",
+        F.col("receive_time"),
+    )
+
+
+class BatchStep:
+    """foreachBatch function object (driver only; see module doc)."""
+
+    def __init__(self, config: Config, engine: TableEngine, checkpoint: str | Path,
+                 forward: Callable[["DataFrame", int], dict] | None = None,
+                 on_stats: Callable[[BatchStats], None] | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.checkpoint = Path(checkpoint)
+        self.forward = forward
+        self.on_stats = on_stats
+        self._app_id: str | None = None
+        self._last_maintenance = time.monotonic()
+        self._lock = threading.Lock()
+
+    @property
+    def app_id(self) -> str:
+        if self._app_id is None:
+            self._app_id = f"lakegate:{query_id_from_checkpoint(self.checkpoint)}"
+        return self._app_id
+
+    def __call__(self, frames: "DataFrame", batch_id: int) -> None:
+        t0 = time.monotonic()
+        stats = BatchStats(batch_id=batch_id)
+        with self._lock:
+            frames = frames.persist()
+            try:
+                table = frames.toArrow()
+                stats.tables = write_tables(self.engine, table, self.app_id, batch_id)
+                if self.forward is not None:
+                    fwd = self.forward(forward_rows(frames), batch_id) or {}
+                    stats.forwarded = int(fwd.get("sent", 0))
+                    stats.forward_expired = int(fwd.get("expired", 0))
+                    stats.extra["forward"] = fwd
+            finally:
+                frames.unpersist()
+            self._maybe_maintain()
+        stats.seconds = time.monotonic() - t0
+        if self.on_stats is not None:
+            self.on_stats(stats)
+
+    def _maybe_maintain(self) -> None:
+        interval = self.config.tables.compact_interval_s
+        if interval <= 0 or time.monotonic() - self._last_maintenance < interval:
+            return
+        self._last_maintenance = time.monotonic()
+        try:
+            run_maintenance(self.engine, self.config.tables.vacuum_retention_hours)
+        except Exception as exc:  # maintenance must never fail the stream; it runs again next interval
+            log.warning("maintenance failed (will retry in %ss): %s", interval, exc)

@@ -1,0 +1,91 @@
+"""The analyst notebooks run headless, every cell, against data a fixture writes."""
+
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from bridge.tables.deltars import DeltaRsEngine
+from bridge.tables.retained_rule import retained_changes
+from bridge.tables.rows import QUARANTINE_SCHEMA
+from tests.tables.rows import publish, table
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_the_two_notebooks_exist_and_are_committed_without_outputs():
+    assert [p.name for p in NOTEBOOKS] == ["quarantine.ipynb", "retained_state.ipynb"]
+    for p in NOTEBOOKS:
+        nb = json.loads(p.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code":
+                assert cell.get("outputs") == [] and cell.get("execution_count") is None, p.name
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nbdata")
+    engine = DeltaRsEngine(d / "tables")
+    engine.ensure()
+    now = dt.datetime.now(dt.timezone.utc)
+    seq = 0
+    for batch in range(4):
+        rows = []
+        for dev in range(3):
+            seq += 1
+            rows.append(publish(f"site/1/dev/{dev}/status", b"" if (batch == 3 and dev == 0) else b"online-%d" % batch,
+                                seq=seq, at=now + dt.timedelta(seconds=seq)))
+            seq += 1
+            rows.append(publish(f"site/1/dev/{dev}/temp", b"21.5", retain=False, seq=seq, at=now + dt.timedelta(seconds=seq)))
+        engine.append("messages", table(rows), "fixture", batch)
+        engine.merge_retained(retained_changes(table(rows)), "fixture", batch)
+    q = [{"stream": "mqtt-frames", "partition": 0, "offset": 100 + i, "seq": 1000 + i, "receive_time": now,
+          "receive_date": now.date(), "conn_id": "c9", "client_id": "bad-device", "protocol_level": 5,
+          "origin": "client", "packet_type": 3, "rule": rule, "error": f"[{rule}] test", "error_code": 0x81,
+          "frame": bytes([0x36, 0x03, 0, 1, 0x61]), "frame_size": 5}
+         for i, rule in enumerate(["MQTT-3.3.1-4", "MQTT-3.3.1-4", "MQTT-3.3.2-2"])]
+    engine.append("quarantine", pa.Table.from_pylist(q, schema=QUARANTINE_SCHEMA), "fixture", 0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory):
+    """A kernelspec that runs this interpreter (the venv with lakegate installed)."""
+    kdir = tmp_path_factory.mktemp("jupyter") / "kernels" / "python3"
+    kdir.mkdir(parents=True)
+    (kdir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "lakegate", "language": "python"}))
+    return str(kdir.parent.parent)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_headless(path, data_dir, kernel_env, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("JUPYTER_PATH", kernel_env)
+    monkeypatch.setenv("LAKEGATE_DATA_DIR", str(data_dir))
+    monkeypatch.delenv("LAKEGATE_CONFIG", raising=False)
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+    client.execute()  # raises CellExecutionError naming the failing cell
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "tables under" in text
+    if path.stem == "retained_state":
+        assert "topic: site/1/dev/0/status" in text
+        images = [o for o in outputs if "image/png" in o.get("data", {})]
+        assert images, "the message-rate chart was not drawn"
+    else:
+        images = [o for o in outputs if "image/png" in o.get("data", {})]
+        assert images, "the per-rule chart was not drawn"
+        html = "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs)
+        assert "MQTT-3.3.1-4" in html and "360300016" in html.replace(" ", "")
