@@ -106,6 +106,8 @@ class CaptureConfig:
     #: Retention applies only below the consumer's committed offset.
     retention_age_s: int = 7 * 24 * 3600
     retention_bytes: int = 10 * 1024 * 1024 * 1024
+    #: How often the writer applies retention.
+    retention_check_interval_s: int = 60
 
 
 @dataclass
@@ -131,6 +133,9 @@ class AmqpConfig:
     max_retries: int = 5
     retry_backoff_s: float = 0.5
     container_id: str = "lakegate"
+    #: rcv-settle-mode of the QoS 2 sender link: "profile" (seed: first,
+    #: enmasse: second), "first" or "second". RabbitMQ 3.x refuses "second".
+    qos2_rcv_settle_mode: str = "profile"
 
 
 @dataclass
@@ -215,6 +220,7 @@ class Config:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "amqp.profile": ("seed", "enmasse"),
+    "amqp.qos2_rcv_settle_mode": ("profile", "first", "second"),
     "edge.ack_after": ("capture", "forward"),
     "tables.engine": ("auto", "delta-rs", "delta-spark"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -225,6 +231,7 @@ _POSITIVE = {
     "capture.segment_bytes",
     "capture.fsync_records",
     "capture.max_pending_bytes",
+    "capture.retention_check_interval_s",
     "edge.max_connections",
     "edge.max_packet_bytes",
     "edge.receive_maximum",

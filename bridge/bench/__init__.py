@@ -1,0 +1,1 @@
+"""Benchmarks behind ``lakegate bench NAME`` (see ``bridge.commands.bench``)."""

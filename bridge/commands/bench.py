@@ -1,0 +1,46 @@
+"""``lakegate bench NAME``: benchmarks, one module per subject under ``bridge.bench``.
+
+A benchmark is a command, not a timed test: it prints what it measured (and
+``--json`` for machines). To add one, write ``bridge/bench/<name>.py`` with
+``add_arguments(parser)`` and ``run(args, config) -> int`` and list it in
+:data:`BENCHES`. Modules are imported when the parser is built, so they
+must import heavy dependencies (pyspark) inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from bridge.cli import common_parser
+from bridge.config import Config
+
+__all__ = ["BENCHES", "add_arguments", "run"]
+
+#: name -> (module, one-line help)
+BENCHES: dict[str, tuple[str, str]] = {
+    "log": ("bridge.bench.log", "capture log: appends/s and durable wait, read rate (Spark source), raw disk"),
+    "retained": ("bridge.bench.retained", "retained MERGE and messages append vs bare delta-rs"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="bench", metavar="BENCH")
+    sub.required = True
+    for name, (module, help_text) in BENCHES.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text, parents=[common_parser()])
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:  # one broken benchmark must not break the whole command line
+            sp.set_defaults(_bench=None, _bench_error=f"bench {name}: cannot import {module}: {exc}")
+            continue
+        mod.add_arguments(sp)
+        sp.set_defaults(_bench=mod)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    if args._bench is None:
+        from bridge.cli import UsageError
+
+        raise UsageError(args._bench_error)
+    return int(args._bench.run(args, config) or 0)
