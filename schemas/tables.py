@@ -10,7 +10,7 @@ from schemas.ddl import field_names
 from schemas.frames import KV_DDL, PARSED_FRAME_DDL
 
 __all__ = [
-    "CONTEXT_DDL", "FRAME_ROW_DDL", "MESSAGES_DDL", "MESSAGES_PARTITION_BY",
+    "CONTEXT_DDL", "FRAME_ROW_DDL", "PARSED_RENAMES", "MESSAGES_DDL", "MESSAGES_PARTITION_BY",
     "QUARANTINE_DDL", "RETAINED_DDL", "TABLES",
 ]
 
@@ -27,7 +27,11 @@ CONTEXT_DDL = (
     "frame BINARY"              # the raw frame
 )
 
-FRAME_ROW_DDL = CONTEXT_DDL + ", " + PARSED_FRAME_DDL
+#: The parser's CONNECT ``client_id`` would collide with the capture key's
+#: ``client_id``; in a frame row it is called ``connect_client_id``.
+PARSED_RENAMES = {"client_id": "connect_client_id"}
+FRAME_ROW_DDL = CONTEXT_DDL + ", " + PARSED_FRAME_DDL.replace(
+    "client_id STRING, connect_protocol_level", "connect_client_id STRING, connect_protocol_level")
 
 _PUBLISH_FIELDS = (
     "dup BOOLEAN, qos INT, retain BOOLEAN, topic STRING, topic_alias INT, packet_id INT, "

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from bridge.config import Config
 from bridge.tables.engine import TableEngine
@@ -34,7 +34,7 @@ from bridge.tables.writer import TableStats, write_tables
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "forward_rows", "query_id_from_checkpoint"]
+__all__ = ["BatchStats", "BatchStep", "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def query_id_from_checkpoint(checkpoint: str | Path) -> str:
         return json.loads(fh.readline())["id"]
 
 
-def forward_rows(frames: "DataFrame") -> "DataFrame":
+def select_forward(frames: "DataFrame") -> "DataFrame":
     """The rows AMQP forwarding sends (``schemas.forward.FORWARD_DDL``), from frame rows."""
     from pyspark.sql import functions as F
 
@@ -98,7 +98,7 @@ class BatchStep:
     """foreachBatch function object (driver only; see module doc)."""
 
     def __init__(self, config: Config, engine: TableEngine, checkpoint: str | Path,
-                 forward: Callable[["DataFrame", int], dict] | None = None,
+                 forward: Callable[["DataFrame", int], Any] | None = None,
                  on_stats: Callable[[BatchStats], None] | None = None) -> None:
         self.config = config
         self.engine = engine
@@ -124,10 +124,12 @@ class BatchStep:
                 table = frames.toArrow()
                 stats.tables = write_tables(self.engine, table, self.app_id, batch_id)
                 if self.forward is not None:
-                    fwd = self.forward(forward_rows(frames), batch_id) or {}
-                    stats.forwarded = int(fwd.get("sent", 0))
-                    stats.forward_expired = int(fwd.get("expired", 0))
-                    stats.extra["forward"] = fwd
+                    # bridge.amqp.sink.forward_batch -> ForwardResult
+                    fwd = self.forward(select_forward(frames), batch_id)
+                    counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
+                    stats.forwarded = int(counts.get("accepted", 0)) + int(counts.get("qos0", 0))
+                    stats.forward_expired = int(counts.get("expired", 0))
+                    stats.extra["forward"] = counts
             finally:
                 frames.unpersist()
             self._maybe_maintain()

@@ -35,3 +35,17 @@ def test_to_spark_agrees_with_sparks_own_parser(spark):
     ddl = CAPTURE_RECORD_DDL + ", m MAP<STRING, INT>, d DATE, b BOOLEAN, s SMALLINT, t TINYINT, f DOUBLE"
     theirs = StructType.fromDDL(ddl) if hasattr(StructType, "fromDDL") else spark.createDataFrame([], ddl).schema
     assert to_spark(ddl) == theirs
+
+
+def test_frame_row_has_unique_column_names_and_contains_every_table_column():
+    from schemas.ddl import field_names
+    from schemas.frames import PARSED_FRAME_DDL
+    from schemas.tables import FRAME_ROW_DDL, PARSED_RENAMES, TABLES
+
+    names = field_names(FRAME_ROW_DDL)
+    assert len(names) == len(set(names))
+    parsed = [PARSED_RENAMES.get(n, n) for n in field_names(PARSED_FRAME_DDL)]
+    assert set(parsed) <= set(names)
+    for table, ddl in TABLES.items():
+        extra = {"deleted", "set_at", "expires_at", "frame_size"}
+        assert set(field_names(ddl)) - extra <= set(names), table

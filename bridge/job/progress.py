@@ -1,0 +1,132 @@
+"""Progress: one log line per micro-batch, and ``lakegate status``.
+
+The listener joins Spark's progress event (input rows, rows/s, duration) with
+what the batch step did (retained upserts and deletes, quarantined,
+forwarded) and the capture log's lag (log end minus the batch's end offset,
+summed over partitions). It logs one line and writes it to
+``<data_dir>/job-status.json`` so that ``lakegate status`` can show the last
+batch of a running job next to the lag computed now, from the checkpoint's
+last committed offsets and the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from bridge.job.batch import BatchStats
+
+__all__ = ["ProgressListener", "committed_offsets", "format_line", "lag", "read_status"]
+
+log = logging.getLogger("bridge.job.progress")
+
+STATUS_FILE = "job-status.json"
+
+
+def lag(end: Mapping[str, int] | None, log_end: Mapping[str, int]) -> int:
+    """Records in the log not yet processed: sum over partitions of log end - end offset."""
+    end = end or {}
+    return sum(max(0, int(n) - int(end.get(str(p), 0))) for p, n in log_end.items())
+
+
+def committed_offsets(checkpoint: str | Path) -> tuple[int | None, dict[str, int] | None]:
+    """(batch id, source end offsets) of the last batch the checkpoint committed."""
+    cp = Path(checkpoint)
+    commits = [int(p.name) for p in (cp / "commits").glob("[0-9]*")] if (cp / "commits").is_dir() else []
+    if not commits:
+        return None, None
+    batch = max(commits)
+    lines = (cp / "offsets" / str(batch)).read_text().splitlines()
+    # v1 / metadata / one line per source
+    return batch, json.loads(lines[2]) if len(lines) > 2 and lines[2] not in ("-", "") else {}
+
+
+def format_line(d: Mapping) -> str:
+    return (f"batch {d['batch_id']}: {d['input_rows']} rows, {d['rows_per_s']:.0f} rows/s, "
+            f"{d['duration_ms']} ms; retained +{d['retained_upserts']}/-{d['retained_deletes']}; "
+            f"quarantined {d['quarantined']}; forwarded {d['forwarded']}"
+            + (f" (expired {d['forward_expired']})" if d.get("forward_expired") else "")
+            + f"; lag {d['lag']}")
+
+
+def read_status(data_dir: str | Path) -> dict | None:
+    p = Path(data_dir) / STATUS_FILE
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _listener_base():
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    return StreamingQueryListener
+
+
+class ProgressListener(_listener_base()):  # type: ignore[misc]
+    """StreamingQueryListener (driver side). ``log_end()`` returns the capture
+    log's next offset per partition (``{"0": n, ...}``)."""
+
+    def __init__(self, data_dir: str | Path, log_end: Callable[[], Mapping[str, int]]) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.log_end = log_end
+        self._stats: dict[int, BatchStats] = {}
+        self._lock = threading.Lock()
+        self.lines: list[str] = []
+
+    def record(self, stats: BatchStats) -> None:
+        """Called by the batch step (same driver process) before Spark reports progress."""
+        with self._lock:
+            self._stats[stats.batch_id] = stats
+            for old in [b for b in self._stats if b < stats.batch_id - 100]:
+                del self._stats[old]
+
+    def onQueryStarted(self, event) -> None:
+        log.info("query started: id=%s name=%s", event.id, event.name)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        if event.exception:
+            log.error("query terminated with error: %s", event.exception.splitlines()[0])
+        else:
+            log.info("query stopped")
+
+    def onQueryProgress(self, event) -> None:
+        p = event.progress
+        if p.numInputRows == 0 and p.batchId not in self._stats:
+            return
+        with self._lock:
+            st = self._stats.get(p.batchId)
+        end = {}
+        if p.sources:
+            try:
+                end = json.loads(p.sources[0].endOffset or "{}")
+            except (TypeError, ValueError):
+                end = {}
+        try:
+            current_lag = lag(end, self.log_end())
+        except Exception:  # the log may be unreadable for a moment (retention); the line still goes out
+            current_lag = -1
+        t = st.tables if st else None
+        d = {
+            "batch_id": p.batchId, "input_rows": p.numInputRows,
+            "rows_per_s": float(p.processedRowsPerSecond or 0.0), "duration_ms": int(p.batchDuration or 0),
+            "retained_upserts": t.retained_upserts if t else 0, "retained_deletes": t.retained_deletes if t else 0,
+            "quarantined": t.quarantined if t else 0, "messages": t.messages if t else 0,
+            "forwarded": st.forwarded if st else 0, "forward_expired": st.forward_expired if st else 0,
+            "lag": current_lag, "end_offsets": end, "query_id": str(p.id), "time": time.time(),
+        }
+        line = format_line(d)
+        self.lines.append(line)
+        log.info("%s", line)
+        tmp = self.data_dir / (STATUS_FILE + ".tmp")
+        try:
+            tmp.write_text(json.dumps(d))
+            os.replace(tmp, self.data_dir / STATUS_FILE)
+        except OSError as exc:
+            log.warning("could not write %s: %s", STATUS_FILE, exc)
