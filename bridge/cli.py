@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "check prerequisites: Java, Python packages, services, data directory"),
     "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),
     "compact": ("compact", "expire retained messages, compact small files, vacuum old ones"),
+    "tap": ("tap", "capture from an existing broker through an MQTT 5 subscription"),
     "log": ("log_cmd", "inspect the capture log: partition stats, record dump"),
     "bench": ("bench", "run a benchmark and print what it measured (bench log, ...)"),
 }

@@ -34,11 +34,13 @@ __all__ = [
     "ConfigError",
     "EdgeConfig",
     "JobConfig",
+    "TapConfig",
     "SparkConfig",
     "TablesConfig",
     "load_config",
     "mask_secret",
     "render_toml",
+    "set_value",
 ]
 
 ENV_PREFIX = "LAKEGATE_"
@@ -150,6 +152,24 @@ class TablesConfig:
 
 
 @dataclass
+class TapConfig:
+    """``lakegate tap``: capture from an existing broker through a subscription."""
+
+    #: mqtt://HOST:PORT (mqtts:// for TLS) of the broker to tap.
+    broker: str = ""
+    #: Topic filter to subscribe to (``--topic`` may give several).
+    topic: str = "#"
+    client_id: str = "lakegate-tap"
+    username: str = ""
+    password: str = ""
+    #: MQTT 5 Session Expiry Interval: how long the broker keeps the tap's
+    #: session (and queues its messages) while the tap is down.
+    session_expiry_s: int = 86400
+    keepalive_s: int = 60
+    tls_ca_file: str = ""
+
+
+@dataclass
 class JobConfig:
     """The streaming job (``jobs/process_packets.py``, ``lakegate process``)."""
 
@@ -180,6 +200,7 @@ class Config:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
     tables: TablesConfig = field(default_factory=TablesConfig)
+    tap: TapConfig = field(default_factory=TapConfig)
     job: JobConfig = field(default_factory=JobConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     #: dotted key -> where its value came from ("default" when not listed).
@@ -319,6 +340,10 @@ def _validate(key: str, value: Any, source: str) -> None:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")
     if key == "amqp.address_template" and "{topic}" not in value and "{routing_key}" not in value:
         raise ConfigError(key, source, "must contain {topic} or {routing_key}")
+    if key == "tap.broker" and value:
+        parts = urlsplit(value)
+        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+            raise ConfigError(key, source, "must be mqtt://host[:port] or mqtts://host[:port]")
     if key == "amqp.url" and value:
         parts = urlsplit(value)
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
@@ -341,6 +366,11 @@ def _set(cfg: Config, key: str, value: Any, source: str, from_text: bool) -> Non
     else:
         setattr(cfg, key, value)
     cfg.sources[key] = source
+
+
+def set_value(cfg: Config, key: str, text: str, source: str) -> None:
+    """Set one key from text (as ``--set`` does), with the same checks; raises ConfigError."""
+    _set(cfg, key, text, source, from_text=True)
 
 
 def _flatten(tree: Mapping[str, Any], source: str, prefix: str = "") -> Iterable[tuple[str, Any]]:
