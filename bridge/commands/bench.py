@@ -20,6 +20,7 @@ __all__ = ["BENCHES", "add_arguments", "run"]
 #: name -> (module, one-line help)
 BENCHES: dict[str, tuple[str, str]] = {
     "log": ("bridge.bench.log", "capture log: appends/s and durable wait, read rate (Spark source), raw disk"),
+    "amqp": ("bridge.bench.amqp", "AMQP forwarding: the sink's Forwarder vs a bare proton sender, msg/s and ratio"),
     "retained": ("bridge.bench.retained", "retained MERGE and messages append vs bare delta-rs"),
 }
 

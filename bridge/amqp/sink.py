@@ -1,0 +1,143 @@
+"""The AMQP forwarding sink for ``foreachBatch``: forwards from the executors.
+
+:func:`forward_batch` (called once per micro-batch, on the driver) groups
+the batch's FORWARD_DDL rows by capture partition, orders them by
+(partition, offset) -- capture order, hence order per MQTT connection --
+and forwards each group in an executor task over that task's own AMQP
+connection (a :class:`~bridge.amqp.sender.Forwarder` kept per Python worker
+process, so connections and links outlive the batch). Forwarding scales
+with the executors instead of one driver process.
+
+Each task returns one row of counts; the driver logs the totals. A task
+whose messages cannot be delivered raises
+:class:`~bridge.amqp.sender.ForwardError`, which fails the batch; Spark runs
+it again from the checkpoint (messages already accepted are sent again: the
+``lakegate-id`` application property lets a consumer drop them).
+
+After a task succeeds it records, per capture partition, the highest
+forwarded offset (:class:`~bridge.amqp.forwarded.ForwardedOffsets`): the
+edge's ``ack_after = "forward"`` waits on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Iterator
+
+from bridge.config import AmqpConfig, Config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bridge.amqp.sender import ForwardResult, Forwarder
+
+__all__ = ["COUNTS_DDL", "forward_batch", "forward_rows", "forwarder_for"]
+
+log = logging.getLogger("bridge.amqp")
+
+#: One row per task: what it forwarded.
+COUNTS_DDL = (
+    "task INT, partitions ARRAY<INT>, rows BIGINT, accepted BIGINT, qos0 BIGINT, "
+    "expired BIGINT, unroutable BIGINT, transfers BIGINT, retried BIGINT, reconnects BIGINT, "
+    "seconds DOUBLE"
+)
+_COUNT_FIELDS = ("rows", "accepted", "qos0", "expired", "unroutable", "transfers", "retried", "reconnects", "seconds")
+
+_forwarders: dict[tuple, "Forwarder"] = {}
+_forwarders_lock = threading.Lock()
+
+
+def forwarder_for(amqp: AmqpConfig) -> "Forwarder":
+    """The Forwarder of this process for ``amqp`` (made on first use, kept).
+
+    Runs on executors: a Python worker process forwards every task it runs
+    over one connection, whose links stay attached between batches.
+    """
+    from bridge.amqp.sender import Forwarder
+
+    key = tuple(sorted(dataclasses.asdict(amqp).items()))
+    with _forwarders_lock:
+        fwd = _forwarders.get(key)
+        if fwd is None or not fwd.alive:
+            fwd = _forwarders[key] = Forwarder(amqp)
+        return fwd
+
+
+def forward_rows(rows: Iterator[dict[str, Any]], amqp: AmqpConfig, data_dir: str | None) -> "ForwardResult":
+    """Forward rows (dicts, in capture order) and record the forwarded marks.
+
+    Runs on executors (and in tests without Spark). Raises ForwardError.
+    """
+    from bridge.amqp.forwarded import ForwardedOffsets
+
+    high: dict[tuple[str, int], int] = {}
+
+    def tracked() -> Iterator[dict[str, Any]]:
+        for row in rows:
+            p, off = row.get("partition"), row.get("offset")
+            if p is not None and off is not None:
+                k = (row.get("stream") or "mqtt-frames", int(p))
+                if off > high.get(k, -1):
+                    high[k] = int(off)
+            yield row
+
+    result = forwarder_for(amqp).forward(tracked())
+    if data_dir:
+        for (stream, partition), offset in sorted(high.items()):
+            ForwardedOffsets(data_dir, stream).record(partition, offset)
+    return result
+
+
+def _forward_arrow(batches: Iterator[Any], amqp: AmqpConfig, data_dir: str | None) -> Iterator[Any]:
+    """mapInArrow body: runs on executors, once per task. Must stay picklable."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from schemas.ddl import to_arrow
+
+    partitions: set[int] = set()
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for rb in batches:
+            for row in rb.to_pylist():
+                if row.get("partition") is not None:
+                    partitions.add(int(row["partition"]))
+                yield row
+
+    result = forward_rows(rows(), amqp, data_dir)
+    ctx = TaskContext.get()
+    out = {"task": ctx.partitionId() if ctx is not None else 0, "partitions": sorted(partitions)}
+    out.update({k: getattr(result, k) for k in _COUNT_FIELDS})
+    yield pa.RecordBatch.from_pylist([out], schema=to_arrow(COUNTS_DDL))
+
+
+def forward_batch(df: Any, batch_id: int, config: Config) -> "ForwardResult":
+    """Forward one micro-batch of FORWARD_DDL rows; for ``foreachBatch``.
+
+    Called once per micro-batch, on the driver. ``amqp.url`` empty: does
+    nothing. Returns the summed counts (also logged); raises when a task
+    failed (the error names the address and the outcome).
+    """
+    from bridge.amqp.sender import ForwardResult
+
+    total = ForwardResult()
+    if not config.amqp.url:
+        log.debug("AMQP forwarding off (amqp.url is empty); batch %s not forwarded", batch_id)
+        return total
+    n = max(1, int(config.capture.partitions))
+    ordered = df.repartition(n, "partition").sortWithinPartitions("partition", "offset")
+    fn = functools.partial(_forward_arrow, amqp=config.amqp, data_dir=str(config.data_path))
+    tasks = ordered.mapInArrow(fn, COUNTS_DDL).collect()
+    for t in tasks:
+        for k in _COUNT_FIELDS:
+            if k != "seconds":
+                setattr(total, k, getattr(total, k) + (t[k] or 0))
+        total.seconds = max(total.seconds, t["seconds"] or 0.0)
+    log.info(
+        "AMQP batch %s: %d rows in %d tasks: %d accepted, %d QoS 0 sent, %d expired, %d unroutable, "
+        "%d retried, %d reconnects (slowest task %.2fs)",
+        batch_id, total.rows, sum(1 for t in tasks if t["rows"]), total.accepted, total.qos0, total.expired,
+        total.unroutable, total.retried, total.reconnects, total.seconds,
+    )
+    return total

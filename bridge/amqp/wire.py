@@ -1,0 +1,123 @@
+"""The mapping's messages, encoded straight to AMQP 1.0 bytes (the fast path).
+
+:func:`bridge.amqp.mapping.map_row` builds a proton ``Message`` from a
+profile's rule table; proton then encodes it field by field through its
+Python data API, which costs more than the sending itself. :func:`encode_row`
+runs the *same* rule table and writes the sections with the few AMQP types
+the mapping uses, in pure Python. The header (whose ttl is the remaining
+lifetime at send time) is encoded apart, at each send, by
+:func:`encode_header`. A test decodes what this writes with proton and
+compares it, field by field, with ``map_row``'s message, for both profiles
+and every rule.
+
+AMQP 1.0 types written (OASIS AMQP 1.0, part 1): null, boolean, ubyte, uint,
+int, ulong, binary, string, symbol, list, map; sections (part 3.2): header
+0x70, message-annotations 0x72, properties 0x73, application-properties
+0x74, data 0x75.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Mapping
+
+from proton import int32, symbol, ubyte, ulong
+
+__all__ = ["encode_header", "encode_value", "encode_tail"]
+
+_HEADER = b"\x00\x53\x70"
+_ANNOTATIONS = b"\x00\x53\x72"
+_PROPERTIES = b"\x00\x53\x73"
+_APP_PROPERTIES = b"\x00\x53\x74"
+_DATA = b"\x00\x53\x75"
+
+_pack_I = struct.Struct(">I").pack
+_pack_i = struct.Struct(">i").pack
+_pack_Q = struct.Struct(">Q").pack
+
+
+def _variable(small: int, large: int, raw: bytes) -> bytes:
+    n = len(raw)
+    if n <= 255:
+        return bytes((small, n)) + raw
+    return bytes((large,)) + _pack_I(n) + raw
+
+
+def _compound(small: int, large: int, count: int, body: bytes) -> bytes:
+    if count == 0 and small == 0xC0:
+        return b"\x45"  # list0
+    size = len(body) + 1
+    if size <= 255 and count <= 255:
+        return bytes((small, size, count)) + body
+    return bytes((large,)) + _pack_I(len(body) + 4) + _pack_I(count) + body
+
+
+def encode_value(v: Any) -> bytes:
+    """One AMQP value; the Python/proton types the mapping produces."""
+    if v is None:
+        return b"\x40"
+    t = type(v)
+    if t is bool:
+        return b"\x41" if v else b"\x42"
+    if t is symbol:
+        return _variable(0xA3, 0xB3, v.encode("ascii"))
+    if t is str:
+        return _variable(0xA1, 0xB1, v.encode("utf-8"))
+    if t in (bytes, bytearray, memoryview):
+        return _variable(0xA0, 0xB0, bytes(v))
+    if t is ulong:
+        if v == 0:
+            return b"\x44"
+        return b"\x53" + bytes((v,)) if v <= 255 else b"\x80" + _pack_Q(v)
+    if t is ubyte:
+        return bytes((0x50, v))
+    if t is int32:
+        return b"\x54" + struct.pack(">b", v) if -128 <= v <= 127 else b"\x71" + _pack_i(v)
+    if t is int:  # plain ints the mapping uses are unsigned (ttl, delivery-count)
+        if v == 0:
+            return b"\x43"
+        return b"\x52" + bytes((v,)) if v <= 255 else b"\x70" + _pack_I(v)
+    if t in (list, tuple):
+        return _compound(0xC0, 0xD0, len(v), b"".join(encode_value(x) for x in v))
+    if isinstance(v, Mapping):
+        body = b"".join(encode_value(k) + encode_value(x) for k, x in v.items())
+        return _compound(0xC1, 0xD1, 2 * len(v), body)
+    raise TypeError(f"no AMQP encoding for {t.__name__}")
+
+
+def _fields(values: list[Any]) -> bytes:
+    """A section's field list, trailing nulls left out."""
+    while values and values[-1] is None:
+        values.pop()
+    return _compound(0xC0, 0xD0, len(values), b"".join(encode_value(x) for x in values))
+
+
+def encode_header(durable: bool, ttl_ms: int | None, delivery_count: int) -> bytes:
+    """The header section: [durable, priority, ttl, first-acquirer, delivery-count]."""
+    return _HEADER + _fields([
+        True if durable else None,
+        None,
+        None if ttl_ms is None else int(ttl_ms),
+        None,
+        int(delivery_count) if delivery_count else None,
+    ])
+
+
+_PROPERTY_INDEX = {"message-id": 0, "to": 2, "subject": 3, "reply-to": 4, "correlation-id": 5, "content-type": 6}
+
+
+def encode_tail(annotations: dict, properties: dict[str, Any], app_properties: dict, body: bytes | None) -> bytes:
+    """Every section after the header, in the order AMQP requires."""
+    out = []
+    if annotations:
+        out.append(_ANNOTATIONS + encode_value(annotations))
+    if properties:
+        fields: list[Any] = [None] * 7
+        for name, value in properties.items():
+            fields[_PROPERTY_INDEX[name]] = value
+        out.append(_PROPERTIES + _fields(fields))
+    if app_properties:
+        out.append(_APP_PROPERTIES + encode_value(app_properties))
+    if body is not None:
+        out.append(_DATA + encode_value(bytes(body)))
+    return b"".join(out)

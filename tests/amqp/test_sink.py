@@ -1,0 +1,72 @@
+"""The foreachBatch sink: forwarding from Spark executors to the real RabbitMQ."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from bridge.amqp.forwarded import ForwardedOffsets
+from bridge.amqp.mapping import ID_PROPERTY
+from bridge.amqp.sink import forward_batch
+from bridge.config import load_config
+from schemas.ddl import field_names, to_spark
+from schemas.forward import FORWARD_DDL
+from tests.amqp.rows import row
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+
+def frame(rows):
+    names = field_names(FORWARD_DDL)
+    return [tuple(r[n] for n in names) for r in rows]
+
+
+def config(rabbitmq, tmp_path, *extra):
+    return load_config(None, [f"amqp.url={rabbitmq}", f"data_dir={tmp_path}", "capture.partitions=2",
+                              "amqp.max_retries=1", "amqp.retry_backoff_s=0.05", *extra], env={})
+
+
+def test_forward_batch_from_executors_in_capture_order(spark, consumer, rabbitmq, tmp_path):
+    topic = consumer.topic("sink")
+    now = time.time()
+    rows = []
+    for p in (0, 1):
+        for off in range(100, 160):
+            rows.append(row(topic, off, partition=p, qos=1, packet_id=off, payload=b"%d/%d" % (p, off),
+                            receive_time=dt.datetime.fromtimestamp(now, dt.timezone.utc)))
+    rows.append(row(topic, 160, partition=0, qos=0, payload=b"q0"))
+    rows.append(row(topic, 161, partition=1, qos=2, packet_id=9))
+    rows.append(row(topic, 162, partition=1, kind="pubrel", packet_id=9))
+    rows.append(row(topic, 170, partition=0, qos=1, packet_id=1, message_expiry_interval=1,
+                    receive_time=dt.datetime.fromtimestamp(now - 5, dt.timezone.utc)))
+    df = spark.createDataFrame(frame(reversed(rows)), schema=to_spark(FORWARD_DDL))  # shuffled on purpose
+
+    total = forward_batch(df, 1, config(rabbitmq, tmp_path))
+
+    assert (total.rows, total.accepted, total.qos0, total.expired, total.unroutable) == (124, 122, 1, 1, 0)
+    msgs = consumer.wait(topic, 123)
+    for p in (0, 1):
+        offsets = [int(m.properties[ID_PROPERTY].rsplit("/", 1)[1]) for m in msgs
+                   if m.properties[ID_PROPERTY].startswith(f"mqtt-frames/{p}/") and (m.annotations or {}).get("x-qos") == 1]
+        assert offsets == sorted(offsets) and len(offsets) == 60  # capture order per partition
+    fo = ForwardedOffsets(tmp_path, "mqtt-frames")
+    assert (fo.get(0), fo.get(1)) == (170, 162)
+
+
+def test_forwarding_off_when_url_is_empty(spark, tmp_path):
+    df = spark.createDataFrame(frame([row("a", 0)]), schema=to_spark(FORWARD_DDL))
+    cfg = load_config(None, ["amqp.url=", f"data_dir={tmp_path}"], env={})
+    assert forward_batch(df, 2, cfg).rows == 0
+    assert not (tmp_path / "forwarded").exists()
+
+
+def test_refused_address_fails_the_batch_with_the_address(spark, rabbitmq, tmp_path):
+    df = spark.createDataFrame(frame([row("dev/1", 0, qos=1, packet_id=1)]), schema=to_spark(FORWARD_DDL))
+    cfg = config(rabbitmq, tmp_path, "amqp.address_template=/exchange/lakegate-sink-missing/{routing_key}")
+    with pytest.raises(Exception) as err:
+        forward_batch(df, 3, cfg)
+    assert ("ForwardError: AMQP peer refused the qos01 link to address "
+            "'/exchange/lakegate-sink-missing/dev.1': amqp:not-found") in str(err.value)
+    assert ForwardedOffsets(tmp_path).get(0) == -1  # nothing recorded for a failed task
