@@ -31,8 +31,12 @@ class UsageError(Exception):
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config_cmd", "show the effective configuration (secrets masked)"),
     "doctor": ("doctor", "check prerequisites: Java, Python packages, services, data directory"),
+    "process": ("process", "run the streaming job in this process (--once: process what is there, then exit)"),
+    "status": ("status", "the job's last batch and its current lag"),
     "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),
     "compact": ("compact", "expire retained messages, compact small files, vacuum old ones"),
+    "edge": ("edge", "run the MQTT edge server until SIGINT/SIGTERM"),
+    "passwd": ("passwd", "add, change or delete a user in the edge's password file"),
     "tap": ("tap", "capture from an existing broker through an MQTT 5 subscription"),
     "log": ("log_cmd", "inspect the capture log: partition stats, record dump"),
     "bench": ("bench", "run a benchmark and print what it measured (bench log, ...)"),

@@ -14,7 +14,7 @@ import sys
 
 from bridge.cli import setup_logging
 from bridge.config import ConfigError, load_config
-from bridge.job.pipeline import start_query
+from bridge.job.pipeline import shutdown, start_query
 from bridge.spark.session import build_session
 
 p = argparse.ArgumentParser(description="lakegate streaming job")
@@ -28,4 +28,7 @@ except ConfigError as exc:
     sys.exit(f"lakegate: {exc}")
 setup_logging(config)
 spark = build_session(config, app_name="lakegate-job")
-start_query(spark, config, once=args.once).awaitTermination()
+try:
+    start_query(spark, config, once=args.once).awaitTermination()
+finally:
+    shutdown(spark)

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from bridge.job.pipeline import start_query
+    from bridge.job.pipeline import shutdown, start_query
     from bridge.spark.session import build_session
 
     from pyspark.errors import StreamingQueryException
@@ -38,4 +38,4 @@ def run(args: argparse.Namespace, config: Config) -> int:
             return 1
         return 0
     finally:
-        spark.stop()
+        shutdown(spark)

@@ -21,9 +21,12 @@ if TYPE_CHECKING:
 
     from bridge.job.progress import ProgressListener
 
-__all__ = ["checkpoint_path", "frame_rows", "start_query"]
+__all__ = ["checkpoint_path", "frame_rows", "shutdown", "start_query"]
 
 log = logging.getLogger(__name__)
+
+#: Listeners this module added, per SparkSession (removed by ``shutdown``).
+_listeners: list[tuple["SparkSession", "ProgressListener"]] = []
 
 
 def checkpoint_path(config: Config) -> Path:
@@ -35,13 +38,13 @@ def frame_rows(records: "DataFrame") -> "DataFrame":
     from pyspark.sql import functions as F
 
     from bridge.job.context import with_context
-    from bridge.parse.udf import parse_frames_udf
+    from bridge.parse.udf import frames_udf
     from schemas.ddl import field_names
     from schemas.frames import PARSED_FRAME_DDL
     from schemas.tables import PARSED_RENAMES
 
     ctx = with_context(records)
-    parsed = ctx.withColumn("_p", parse_frames_udf(F.col("frame"), F.col("protocol_level"), F.col("alias_topic")))
+    parsed = ctx.withColumn("_p", frames_udf()(F.col("frame"), F.col("protocol_level"), F.col("alias_topic"), F.col("origin")))
     cols = [F.col(c) for c in ctx.columns]
     cols += [F.col(f"_p.{n}").alias(PARSED_RENAMES.get(n, n)) for n in field_names(PARSED_FRAME_DDL)]
     return parsed.select(*cols)
@@ -75,6 +78,7 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
         listener = ProgressListener(config.data_path, log_end=lambda: {
             str(p): n for p, n in enumerate(reader.durable_offsets())})
         spark.streams.addListener(listener)
+        _listeners.append((spark, listener))
     forward = None
     if config.amqp.url:
         def forward(df, batch_id):
@@ -90,6 +94,29 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     else:
         writer = writer.trigger(processingTime=f"{config.job.trigger_interval_s} seconds")
     query = writer.start()
+    listener.queries.append(query)  # shutdown() reports what the bus has not delivered yet
     log.info("job started: query=%s checkpoint=%s tables=%s engine=%s forwarding=%s",
              config.job.query_name, checkpoint, config.tables_dir, engine.name, "on" if forward else "off")
     return query
+
+
+def shutdown(spark: "SparkSession") -> None:
+    """Stop active queries, remove lakegate's listeners, stop the session.
+
+    Removing the Python listener first keeps the JVM from calling back into a
+    Python process that is going away.
+    """
+    for q in spark.streams.active:
+        q.stop()
+    for s, listener in _listeners:
+        if s is spark:
+            for q in listener.queries:
+                listener.catch_up(q)
+    for s, listener in list(_listeners):
+        if s is spark:
+            try:
+                spark.streams.removeListener(listener)
+            except Exception:  # the session may already be stopping
+                pass
+            _listeners.remove((s, listener))
+    spark.stop()

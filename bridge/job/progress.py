@@ -74,6 +74,8 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         self.data_dir = Path(data_dir)
         self.log_end = log_end
         self._stats: dict[int, BatchStats] = {}
+        self._reported: set[int] = set()
+        self.queries: list = []
         self._lock = threading.Lock()
         self.lines: list[str] = []
 
@@ -97,7 +99,20 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
             log.info("query stopped")
 
     def onQueryProgress(self, event) -> None:
-        p = event.progress
+        self.report(event.progress)
+
+    def catch_up(self, query) -> None:
+        """Report progress events the asynchronous listener bus has not
+        delivered yet (a ``--once`` query can end before they arrive)."""
+        for p in query.recentProgress or []:
+            self.report(p)
+
+    def report(self, p) -> None:
+        """Log one line for a StreamingQueryProgress (once per batch id)."""
+        with self._lock:
+            if p.batchId in self._reported:
+                return
+            self._reported.add(p.batchId)
         if p.numInputRows == 0 and p.batchId not in self._stats:
             return
         with self._lock:

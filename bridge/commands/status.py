@@ -1,0 +1,52 @@
+"""``lakegate status``: the job's last batch and its lag now.
+
+Reads the last progress line the running job wrote (``data_dir/job-status.json``)
+and computes the lag again from the checkpoint's last committed batch and
+the capture log's durable end offsets, so it is current even between batches.
+Exit code 0 when a job has committed at least one batch, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+
+from bridge.config import Config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from bridge.capture import LogReader
+    from bridge.job.pipeline import checkpoint_path
+    from bridge.job.progress import committed_offsets, format_line, lag, read_status
+
+    last = read_status(config.data_path)
+    batch, end = committed_offsets(checkpoint_path(config))
+    log_end: dict[str, int] = {}
+    if (config.capture_dir / "meta.json").exists():
+        log_end = {str(p): n for p, n in enumerate(LogReader(config.capture_dir).durable_offsets())}
+    now_lag = lag(end, log_end) if log_end else None
+    out = {
+        "checkpoint": str(checkpoint_path(config)),
+        "committed_batch": batch,
+        "committed_offsets": end,
+        "log_end_offsets": log_end,
+        "lag": now_lag,
+        "last_batch": last,
+    }
+    if args.format == "json":
+        print(json.dumps(out))
+    else:
+        if last:
+            age = dt.datetime.now().timestamp() - last.get("time", 0)
+            print(f"last batch ({age:.0f}s ago): {format_line(last)}")
+        else:
+            print("no batch reported yet (is the job running? lakegate process / lakegate run)")
+        print(f"checkpoint: {out['checkpoint']}, committed batch: {batch if batch is not None else 'none'}")
+        print(f"lag now: {now_lag if now_lag is not None else 'unknown (no capture log)'} records"
+              + (f" (log end {log_end}, committed {end})" if log_end else ""))
+    return 0 if batch is not None else 1
