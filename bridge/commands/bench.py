@@ -22,6 +22,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "log": ("bridge.bench.log", "capture log: appends/s and durable wait, read rate (Spark source), raw disk"),
     "amqp": ("bridge.bench.amqp", "AMQP forwarding: the sink's Forwarder vs a bare proton sender, msg/s and ratio"),
     "retained": ("bridge.bench.retained", "retained MERGE and messages append vs bare delta-rs"),
+    "parse": ("bridge.bench.parse", "frame parser: vectorised vs the scalar codec per frame vs a slicing floor, frames/s"),
+    "edge": ("bridge.bench.edge", "MQTT edge vs Mosquitto: msg/s at QoS 0/1/2, PUBACK latency, ratio"),
 }
 
 

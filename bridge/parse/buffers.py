@@ -1,0 +1,207 @@
+"""Arrow buffers <-> numpy for the vectorised frame parser (no Spark).
+
+* :func:`frames_array` turns any accepted batch (pyarrow Binary/LargeBinary
+  array or ChunkedArray, pandas Series or a sequence of bytes) into one
+  ``large_binary`` array; :func:`frame_buffers` exposes its offset and value
+  buffers as numpy arrays without copying.
+* :func:`read_u8`, :func:`read_u16`, :func:`read_u32` read big-endian integers
+  at a vector of positions (callers check bounds first).
+* :func:`take_ranges` builds a ``binary`` array of ``data[start:start+len]``
+  for every row, in one C++ copy: the ranges are described as a
+  ``binary_view`` array that points into ``data`` (no copy), which Arrow then
+  casts to ``binary``.
+
+Runs on executors (inside the parser's pandas UDF); imports only numpy and
+pyarrow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "FrameBuffers",
+    "frame_buffers",
+    "frames_array",
+    "read_u16",
+    "read_u32",
+    "read_u8",
+    "string_view",
+    "take_ranges",
+]
+
+
+def frames_array(frames) -> pa.LargeBinaryArray:
+    """One ``large_binary`` array of the frames (nulls kept).
+
+    Accepts a pyarrow Binary/LargeBinary/BinaryView array or ChunkedArray, a
+    pandas Series of bytes (None for null) or any sequence of bytes. Raises
+    TypeError for any other Arrow type.
+    """
+    if isinstance(frames, pa.ChunkedArray):
+        frames = (frames.cast(pa.large_binary()).combine_chunks()
+                  if frames.num_chunks != 1 else frames.chunk(0))
+    if not isinstance(frames, pa.Array):
+        # pandas Series (object dtype of bytes), numpy object array or a list:
+        # Arrow's converter walks the objects in C++.
+        values = frames
+        if hasattr(frames, "to_numpy"):
+            values = frames.to_numpy(dtype=object, na_value=None)
+        frames = pa.array(values, type=pa.large_binary(), from_pandas=True)
+    t = frames.type
+    if t == pa.large_binary():
+        return frames
+    if t in (pa.binary(), pa.binary_view(), pa.large_string(), pa.string(), pa.string_view()):
+        return frames.cast(pa.large_binary())
+    raise TypeError(f"frames must be binary, got Arrow type {t}")
+
+
+class FrameBuffers:
+    """numpy views of a ``large_binary`` array: ``data`` (uint8, the whole
+    value buffer), ``start``/``end`` (int64 per row) and ``null`` (bool)."""
+
+    __slots__ = ("buffer", "data", "start", "end", "null")
+
+    def __init__(self, buffer, data, start, end, null) -> None:
+        self.buffer = buffer
+        self.data = data
+        self.start = start
+        self.end = end
+        self.null = null
+
+
+def frame_buffers(arr: pa.LargeBinaryArray) -> FrameBuffers:
+    """Zero-copy numpy views of ``arr``'s buffers (a null row is empty).
+
+    ``data`` covers exactly the bytes of ``arr``'s rows, so that positions
+    (``start``/``end``) are relative to them."""
+    n = len(arr)
+    validity, offsets, values = arr.buffers()
+    off = np.frombuffer(offsets, dtype=np.int64, count=arr.offset + n + 1)[arr.offset:]
+    base = int(off[0])
+    if values is None or off[-1] == base:
+        values = pa.py_buffer(b"\0")
+    else:
+        values = values.slice(base, int(off[-1]) - base)  # positions fit in 32 bits
+    data = np.frombuffer(values, dtype=np.uint8)
+    start = off[:-1] - base
+    end = off[1:] - base
+    if arr.null_count:
+        null = arr.is_null().to_numpy(zero_copy_only=False)
+        end = np.where(null, start, end)
+    else:
+        null = np.zeros(n, dtype=bool)
+    return FrameBuffers(values, data, start, end, null)
+
+
+def read_u8(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``data[pos]`` as int64."""
+    return data[pos].astype(np.int64)
+
+
+def _unaligned(data: np.ndarray, dtype: str, width: int) -> np.ndarray:
+    """``data`` seen as one ``dtype`` value starting at every byte offset."""
+    return np.ndarray((max(len(data) - width + 1, 0),), dtype=dtype, buffer=data, strides=(1,))
+
+
+def read_u16(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Big-endian Two Byte Integers at ``pos`` (one gather)."""
+    return _unaligned(data, ">u2", 2)[pos].astype(np.int64)
+
+
+def read_u32(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Big-endian Four Byte Integers at ``pos`` (one gather)."""
+    return _unaligned(data, ">u4", 4)[pos].astype(np.int64)
+
+
+_INLINE = 12  # binary_view inlines values of up to 12 bytes
+_J12 = np.arange(_INLINE, dtype=np.int64)
+
+
+def _views(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
+           valid: np.ndarray | None, out_type) -> pa.Array:
+    """A binary_view/string_view array over ``data`` (16-byte views built with
+    numpy: length, then 12 inline bytes or a 4-byte prefix, buffer 0, offset)."""
+    n = len(start)
+    start = np.asarray(start, dtype=np.int64)
+    length = np.asarray(length, dtype=np.int64)
+    if valid is not None:
+        length = np.where(valid, length, 0)
+    views = np.zeros((n, 4), dtype=np.int32)
+    views[:, 0] = length
+    nz = np.flatnonzero(length)
+    size = len(data)
+    if len(nz):
+        st, ln = start[nz], length[nz]
+        short = ln <= _INLINE
+        li = nz[~short]
+        if len(li):
+            ls = st[~short]
+            if ls.max() > np.iinfo(np.int32).max:
+                raise ValueError("take_ranges: a value starts beyond 2 GiB into its buffer")
+            # every byte offset as an unaligned little-endian uint32: one gather
+            views[li, 1] = _unaligned(data, "<i4", 4)[ls]
+            views[li, 3] = ls
+        si = nz[short]
+        if len(si):
+            ss, sl = st[short], ln[short]
+            inline = np.zeros((len(si), _INLINE), dtype=np.uint8)
+            safe = ss + _INLINE <= size
+            if size >= _INLINE and safe.any():
+                v12 = np.ndarray((size - _INLINE + 1,), dtype=f"V{_INLINE}", buffer=data,
+                                 strides=(1,))
+                inline[safe] = v12[ss[safe]].view(np.uint8).reshape(-1, _INLINE)
+            if not safe.all():
+                idx = ss[~safe, None] + _J12
+                inline[~safe] = data[np.minimum(idx, size - 1)]
+            inline[_J12 >= sl[:, None]] = 0
+            views[si, 1:4] = inline.view(np.int32)
+    bitmap = None
+    nulls = 0
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = int(n - np.count_nonzero(valid))
+    return pa.Array.from_buffers(out_type, n, [bitmap, pa.py_buffer(views), buffer],
+                                 null_count=nulls)
+
+
+def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
+                valid: np.ndarray | None = None) -> pa.BinaryArray:
+    """A ``binary`` array whose row i is ``data[start[i]:start[i]+length[i]]``
+    (null where ``valid`` is False). ``data`` is the numpy view of ``buffer``.
+
+    Vectorised: the non-empty ranges of valid rows become a ``binary_view``
+    array pointing into ``buffer`` (built with numpy, values of at most 12
+    bytes inlined), which Arrow casts to ``binary`` -- one C++ copy of just
+    those bytes; the offsets of all rows (empty for the others) are a numpy
+    cumulative sum over the same value buffer.
+    """
+    n = len(start)
+    start = np.asarray(start, dtype=np.int64)
+    length = np.asarray(length, dtype=np.int64)
+    keep = length > 0 if valid is None else (valid & (length > 0))
+    sel = np.flatnonzero(keep)
+    lens = np.where(keep, length, 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError("take_ranges: more than 2 GiB of values for a binary array")
+    if len(sel):
+        part = _views(buffer, data, start[sel], length[sel], None, pa.binary_view())
+        values = part.cast(pa.binary()).buffers()[2]
+    else:
+        values = pa.py_buffer(b"")
+    bitmap, nulls = None, 0
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = int(n - np.count_nonzero(valid))
+    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.astype(np.int32)),
+                                                  values], null_count=nulls)
+
+
+def string_view(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
+                valid: np.ndarray | None = None) -> pa.Array:
+    """A ``string_view`` array over the ranges, without copying and without
+    UTF-8 validation (call ``.validate(full=True)`` to validate in C++)."""
+    return _views(buffer, data, start, length, valid, pa.string_view())

@@ -1,0 +1,98 @@
+"""The vectorised building blocks against the codec's scalar ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings, strategies as st
+
+from bridge.mqtt.errors import MqttError
+from bridge.mqtt.strings import decode_utf8
+from bridge.mqtt.varint import decode_varint
+from bridge.parse import utf8
+from bridge.parse.buffers import take_ranges
+from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
+
+_STATUS = {"MQTT-1.5.4-1": utf8.ILL_FORMED, "MQTT-1.5.4-2": utf8.NUL,
+           "LG-utf8-disallowed": utf8.DISALLOWED}
+_PIECES = [b"a", b"/", b" ", b"\x00", b"\x01", b"\x1f", b"\x7f", b"\x80", b"\xbf", b"\xc0",
+           b"\xc1", b"\xc2", b"\xc2\x85", b"\xc2\xa0", b"\xdf\xbf", b"\xe0", b"\xe0\x80\x80",
+           b"\xe0\xa0\x80", b"\xed\x9f\xbf", b"\xed\xa0\x80", b"\xef\xb7\x90", b"\xef\xb7\xb0",
+           b"\xef\xbf\xbe", b"\xef\xbf\xbd", b"\xf0\x90\x80\x80", b"\xf0\x8f\xbf\xbf",
+           b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5", b"\xff", b"\xf0\x9f\xbf\xbf",
+           "é€𝄞".encode()]
+strings = st.lists(st.sampled_from(_PIECES), max_size=8).map(b"".join)
+
+
+def reference_status(raw: bytes) -> int:
+    try:
+        decode_utf8(raw, "s")
+    except MqttError as err:
+        return _STATUS[err.rule]
+    return utf8.OK
+
+
+def concat(items):
+    data = np.frombuffer(b"".join(items) + b"\0", dtype=np.uint8)
+    off = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in items], out=off[1:])
+    return data, off
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(strings, min_size=1, max_size=40))
+def test_check_strings_matches_the_codec(items):
+    data, off = concat(items)
+    assert utf8.check_strings(data, off).tolist() == [reference_status(x) for x in items]
+    # in place, over ranges of a larger buffer
+    assert utf8.range_status(data, off[:-1], np.diff(off)).tolist() == \
+        [reference_status(x) for x in items]
+    assert utf8.well_formed(data, off).tolist() == [_decodes(x) for x in items]
+    assert utf8.range_has_wildcard(data, off[:-1], np.diff(off)).tolist() == \
+        [b"+" in x or b"#" in x for x in items]
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_long_strings_take_the_exact_path():
+    items = [b"x" * 100 + b"\xed\xa0\x80", b"y" * 70, b"z" * 65 + b"\x00", b"#" + b"w" * 80]
+    data, off = concat(items)
+    assert utf8.range_status(data, off[:-1], np.diff(off)).tolist() == [
+        utf8.ILL_FORMED, utf8.OK, utf8.NUL, utf8.OK]
+    assert utf8.range_has_wildcard(data, off[:-1], np.diff(off)).tolist() == [False, False, False, True]
+
+
+_VARINT = {None: SHORT, "too-long": TOO_LONG, "not-minimal": NOT_MINIMAL}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=6), st.integers(0, 6))
+def test_decode_varints_matches_the_codec(raw, end):
+    end = min(end, len(raw))
+    data = np.frombuffer(raw + b"\0", dtype=np.uint8)
+    value, nxt, status = decode_varints(data, np.array([0]), np.array([end]))
+    ref = decode_varint(raw, 0, end)
+    if isinstance(ref, tuple):
+        assert (status[0], value[0], nxt[0]) == (OK, ref[0], ref[1])
+    else:
+        assert status[0] == _VARINT[ref]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=200), st.data())
+def test_take_ranges_cuts_the_ranges(raw, data):
+    n = data.draw(st.integers(1, 20))
+    starts = [data.draw(st.integers(0, len(raw))) for _ in range(n)]
+    lens = [data.draw(st.integers(0, len(raw) - s)) for s in starts]
+    valid = [data.draw(st.booleans()) for _ in range(n)]
+    buf = pa.py_buffer(raw)
+    arr = take_ranges(buf, np.frombuffer(buf, dtype=np.uint8), np.array(starts), np.array(lens),
+                      np.array(valid))
+    arr.validate(full=True)
+    assert arr.to_pylist() == [raw[s:s + k] if v else None for s, k, v in zip(starts, lens, valid)]
