@@ -1,0 +1,51 @@
+"""``lakegate edge``: run the MQTT edge server until SIGINT or SIGTERM.
+
+Prints one line with the listening address(es) once it accepts connections,
+then logs one line per connection open and close. On SIGINT/SIGTERM it shuts
+down gracefully (stop accepting, DISCONNECT 0x8B to MQTT 5 clients, fsync,
+close) and exits 0; it exits 1 when the capture log failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from bridge.config import Config
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, metavar="PORT",
+                   help="TCP port (shortcut for --set edge.port=PORT; 0 picks a free port)")
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    if args.port is not None:
+        config.edge.port = args.port
+        config.sources["edge.port"] = "--port"
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: Config) -> int:
+    from bridge.edge.server import EdgeServer
+
+    server = EdgeServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.stop)
+    shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{host}:{port}"
+                      for host, port, tls in server.addresses)
+    print(f"lakegate edge listening on {shown} (capture log {config.capture_dir})", flush=True)
+    try:
+        await server.serve_until_stopped()
+    finally:
+        await server.shutdown()
+    if server.failed is not None:
+        print(f"lakegate: edge stopped: capture log failed: {server.failed}", file=sys.stderr)
+        return 1
+    return 0

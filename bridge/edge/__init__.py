@@ -1,0 +1,16 @@
+"""The MQTT edge: devices connect to it as to any MQTT 3.1 / 3.1.1 / 5 broker.
+
+It validates every packet with :mod:`bridge.mqtt`, captures every frame it
+accepts (and every frame it rejects, marked) into the capture log, and
+acknowledges QoS 1/2 only once the frame is durable. It is the session
+layer: retained state and forwarding belong to the Spark job.
+
+* :mod:`bridge.edge.session` -- the per-connection state machine (sans-IO);
+* :mod:`bridge.edge.state` -- session state that outlives a connection
+  (QoS 2 Packet Identifiers awaiting PUBREL), :mod:`bridge.edge.persist` --
+  its snapshot and its recovery from the capture log;
+* :mod:`bridge.edge.auth` -- the password file (``lakegate passwd``);
+* :mod:`bridge.edge.server` -- the asyncio TCP/TLS server (``lakegate edge``).
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,82 @@
+"""Session-layer rules the edge enforces beyond the codec's table.
+
+The codec's :data:`bridge.mqtt.rules.RULES` covers everything that can be
+judged from a packet (plus the few session rules it exposes helpers for).
+The edge adds the rules that need server state or policy. Each entry is a
+:class:`bridge.mqtt.rules.Rule`; ids follow the same convention (OASIS MQTT
+5.0 statement ids, project ids ``LG-edge-...`` where the standard has none).
+
+These ids appear in the capture headers of rejected frames (``reject``), in
+close reasons of the connection log line, and in test names.
+"""
+
+from __future__ import annotations
+
+from bridge.mqtt.errors import MqttError, ProtocolError
+from bridge.mqtt.rules import Rule
+
+__all__ = [
+    "AUTH_FAILED",
+    "AUTH_METHOD_UNSUPPORTED",
+    "EDGE_BUSY",
+    "EDGE_RULES",
+    "KEEP_ALIVE_TIMEOUT",
+    "QOS2_QUOTA",
+    "SESSION_TAKEN_OVER",
+    "edge_violation",
+]
+
+_P = "protocol"
+
+#: Rule ids the session and the server use by name.
+AUTH_FAILED = "MQTT-3.1.4-2"
+SESSION_TAKEN_OVER = "MQTT-3.1.4-3"
+AUTH_METHOD_UNSUPPORTED = "MQTT-4.12.0-1"
+KEEP_ALIVE_TIMEOUT = "LG-edge-keep-alive"
+EDGE_BUSY = "LG-edge-busy"
+QOS2_QUOTA = "LG-edge-qos2-quota"
+
+EDGE_RULES: dict[str, Rule] = {
+    AUTH_FAILED: Rule(
+        "The Server's authentication or authorization check of a CONNECT failed", 0x86, _P,
+        enforced="session",
+        note="MQTT 5.0 MQTT-3.1.4-2; CONNACK 0x86 Bad User Name or Password (3.x return code "
+        "0x04) for wrong credentials, 0x87 Not authorized (3.x 0x05) for a missing user name "
+        "when anonymous access is off",
+    ),
+    SESSION_TAKEN_OVER: Rule(
+        "A new connection with the same Client Identifier takes the session over", 0x8E, _P,
+        enforced="session", note="the existing connection gets DISCONNECT 0x8E (MQTT 5) or is "
+        "closed (3.x); not a frame rejection",
+    ),
+    AUTH_METHOD_UNSUPPORTED: Rule(
+        "CONNECT names an Authentication Method the Server does not support", 0x8C, _P,
+        enforced="session", note="the edge supports no extended authentication: CONNACK 0x8C",
+    ),
+    KEEP_ALIVE_TIMEOUT: Rule(
+        "No packet from the Client within one and a half times the Keep Alive", 0x8D, _P,
+        enforced="session",
+        note="MQTT 5.0 MQTT-3.1.2-22 (3.1.1 MQTT-3.1.2-24); that id is taken in the codec's "
+        "table by the 3.1.1 password statement, hence the project id. DISCONNECT 0x8D in MQTT 5",
+    ),
+    EDGE_BUSY: Rule(
+        "The edge already serves edge.max_connections connections", 0x89, _P, enforced="session",
+        note="CONNACK 0x89 Server busy (3.x return code 0x03 Server unavailable)",
+    ),
+    QOS2_QUOTA: Rule(
+        "A QoS 2 PUBLISH would exceed edge.max_inflight_qos2 Packet Identifiers awaiting PUBREL",
+        0x97, _P, enforced="session",
+        note="MQTT 5: PUBREC 0x97 Quota exceeded, the connection stays open; 3.x has no "
+        "refusal code, so the connection is closed",
+    ),
+}
+
+
+def edge_violation(rule: str, detail: str, *, reason_code: int | None = None,
+                   protocol_level: int | None = None, packet_type: int | None = None) -> MqttError:
+    """Build (not raise) the ProtocolError for an edge rule; the reason code
+    comes from :data:`EDGE_RULES` unless given."""
+    entry = EDGE_RULES[rule]
+    return ProtocolError(rule, detail,
+                         reason_code=entry.reason_code if reason_code is None else reason_code,
+                         protocol_level=protocol_level, packet_type=packet_type)

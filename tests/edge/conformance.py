@@ -1,0 +1,250 @@
+"""Replay driver for the Mosquitto conformance vectors against a running edge.
+
+Each vector gets its own TCP connection (``../shared/conformance/
+mosquitto-vectors/README.md`` explains the format):
+
+1. unless ``connect`` is false, a default CONNECT at the vector's ``ver``
+   (client id = the vector's name, keep alive 60, clean session) and a
+   success CONNACK;
+2. the steps: ``send`` writes the bytes; ``recv`` reads the next MQTT packet
+   and compares it with the expected bytes exactly -- except a CONNACK whose
+   MQTT 5 properties come in another order: properties are unordered
+   (MQTT 5.0 section 2.2.2), so a CONNACK with the same flags, reason code
+   and property values matches;
+3. ``expect_disconnect`` true: the edge must close the connection. A vector
+   that names no reply for its last step still passes when the edge sends
+   one DISCONNECT (or, for a CONNECT, one refusing CONNACK) before closing:
+   MQTT 5.0 section 4.13.1 says a server SHOULD send the reason code, and
+   Mosquitto does for most such vectors but not all. False: the edge must
+   still answer a PINGREQ with PINGRESP.
+
+Vectors run concurrently (at most one at a time per client id: the edge
+would take a session over). ``run_vectors`` returns one :class:`Outcome`
+per vector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.mqtt import Connack, Connect, encode
+from bridge.mqtt.codec import decode_packet
+
+__all__ = ["FILES", "VECTORS", "Outcome", "Vector", "listed_differences", "load_vectors",
+           "run_vectors"]
+
+VECTORS = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "mosquitto-vectors"
+FILES = ["CONNECT", "DISCONNECT", "PINGREQ", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
+         "AUTH", "FORBIDDEN"]
+STEP_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Vector:
+    file: str
+    group: str
+    name: str
+    ver: int
+    connect: bool
+    expect_disconnect: bool
+    msgs: tuple
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.file, self.group, self.name)
+
+
+@dataclass
+class Outcome:
+    """``got``: when a ``recv`` step failed, the packet the edge sent instead
+    (b"" when it closed)."""
+
+    vector: Vector
+    passed: bool
+    detail: str = ""
+    got: bytes | None = None
+
+
+def _group_level(group: str) -> int:
+    for prefix, level in (("v3.1.1", 4), ("v3.1", 3), ("v5.0", 5)):
+        if group.startswith(prefix):
+            return level
+    return 4
+
+
+def load_vectors(files=FILES) -> list[Vector]:
+    out = []
+    for stem in files:
+        for group in json.loads((VECTORS / f"{stem}.json").read_text()):
+            gname = " ".join(group["group"].split())
+            for t in group["tests"]:
+                msgs = tuple((m["type"], bytes.fromhex("".join(m.get("payload", "").split())))
+                             for m in t["msgs"])
+                out.append(Vector(f"{stem}.json", gname, t["name"],
+                                  t.get("ver", _group_level(gname)), t.get("connect", True),
+                                  t.get("expect_disconnect", True), msgs))
+    return out
+
+
+def listed_differences(doc: Path) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(file, group, vector) -> (what the edge sends, hex; reason), from the
+    table rows of ``docs/conformance.md``:
+    ``| FILE.json | group | `vector name` | `hex` | reason |``."""
+    rows: dict[tuple[str, str, str], tuple[str, str]] = {}
+    for line in doc.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not cells[0].endswith(".json"):
+            continue
+        file, group, name, sends, reason = cells
+        rows[(file, group, name.strip("`"))] = (sends.strip("`"), reason)
+    return rows
+
+
+async def _read_packet(reader: asyncio.StreamReader) -> bytes:
+    """One MQTT packet (fixed header + body); b"" at EOF."""
+    first = await reader.read(1)
+    if not first:
+        return b""
+    head = bytearray(first)
+    length = shift = 0
+    for _ in range(4):
+        b = await reader.readexactly(1)
+        head += b
+        length |= (b[0] & 0x7F) << shift
+        shift += 7
+        if not b[0] & 0x80:
+            break
+    return bytes(head) + await reader.readexactly(length)
+
+
+def _same(expected: bytes, got: bytes, level: int) -> bool:
+    if expected == got:
+        return True
+    if expected[:1] != b"\x20" or got[:1] != b"\x20" or level != 5:
+        return False
+    try:
+        a, _ = decode_packet(expected, 5, from_client=False)
+        b, _ = decode_packet(got, 5, from_client=False)
+    except Exception:  # MqttError, IncompleteData: not a matching CONNACK
+        return False
+    return isinstance(a, Connack) and a == b
+
+
+async def _expect_close(reader: asyncio.StreamReader, v: Vector, level: int) -> str:
+    """'' when the edge closes (after at most one DISCONNECT or refusing
+    CONNACK); otherwise what it did instead."""
+    extra = []
+    while True:
+        try:
+            pkt = await asyncio.wait_for(_read_packet(reader), STEP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return f"still open after {STEP_TIMEOUT_S:g} s" + (
+                f" (sent {b''.join(extra).hex()})" if extra else "")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pkt = b""
+        if not pkt:
+            break
+        extra.append(pkt)
+    if not extra:
+        return ""
+    if len(extra) == 1:
+        pkt = extra[0]
+        if pkt[0] == 0xE0 and level == 5:
+            return ""
+        if pkt[0] == 0x20 and not v.connect and len(pkt) >= 4 and pkt[3] != 0:
+            return ""
+    return "sent " + " ".join(p.hex() for p in extra) + " before closing"
+
+
+async def _run_one(host: str, port: int, v: Vector) -> Outcome:
+    level = v.ver
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError as exc:
+        return Outcome(v, False, f"cannot connect: {exc}")
+    try:
+        if v.connect:
+            writer.write(encode(Connect.for_level(level, client_id=v.name, keepalive=60), level))
+            connack = await asyncio.wait_for(_read_packet(reader), STEP_TIMEOUT_S)
+            if connack[:1] != b"\x20" or len(connack) < 4 or connack[3] != 0:
+                return Outcome(v, False, f"default CONNECT refused: {connack.hex()}")
+        for i, (kind, payload) in enumerate(v.msgs):
+            if kind == "send":
+                writer.write(payload)
+                await writer.drain()
+                if payload[:1] == b"\x10" and not v.connect:
+                    level = _connect_level(payload, level)
+                continue
+            try:
+                got = await asyncio.wait_for(_read_packet(reader), STEP_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                return Outcome(v, False, f"step {i}: expected {payload.hex()}, got nothing "
+                                         f"in {STEP_TIMEOUT_S:g} s")
+            except (ConnectionError, asyncio.IncompleteReadError):
+                got = b""
+            if not _same(payload, got, level):
+                shown = got.hex() if got else "connection closed"
+                return Outcome(v, False, f"step {i}: expected {payload.hex()}, got {shown}", got)
+        if v.expect_disconnect:
+            problem = await _expect_close(reader, v, level)
+            return Outcome(v, not problem, problem)
+        writer.write(b"\xc0\x00")
+        await writer.drain()
+        try:
+            got = await asyncio.wait_for(_read_packet(reader), STEP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return Outcome(v, False, "no PINGRESP (still open but silent)")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            got = b""
+        if got != b"\xd0\x00":
+            return Outcome(v, False, "expected to stay connected; "
+                                     + (f"got {got.hex()} for PINGREQ" if got else "closed"))
+        return Outcome(v, True)
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        return Outcome(v, False, f"connection error: {type(exc).__name__}")
+    finally:
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
+def _client_id(v: Vector) -> str:
+    """The client id the vector connects with (its own CONNECT's, when it
+    sends one; "" when that does not decode: those run one at a time)."""
+    if v.connect:
+        return v.name
+    for kind, payload in v.msgs:
+        if kind == "send":
+            try:
+                p, _ = decode_packet(payload, None)
+            except Exception:
+                return ""
+            return p.client_id if isinstance(p, Connect) else ""
+    return ""
+
+
+def _connect_level(frame: bytes, default: int) -> int:
+    try:
+        p, _ = decode_packet(frame, None)
+    except Exception:
+        return default
+    return p.protocol_level if isinstance(p, Connect) else default
+
+
+async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: int = 64
+                      ) -> list[Outcome]:
+    """Replay ``vectors`` against the server at host:port."""
+    gate = asyncio.Semaphore(concurrency)
+    ids: dict[str, asyncio.Lock] = {}
+
+    async def one(v: Vector) -> Outcome:
+        lock = ids.setdefault(_client_id(v), asyncio.Lock())
+        async with lock, gate:
+            return await _run_one(host, port, v)
+
+    return list(await asyncio.gather(*(one(v) for v in vectors)))

@@ -1,0 +1,121 @@
+"""Fixtures for edge tests: an in-process edge on an ephemeral loopback port
+with a temporary data directory, and a raw MQTT client over a socket."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from bridge.config import load_config
+from bridge.edge.server import EdgeThread
+from bridge.mqtt import encode, frame_length
+from tests.edge.util import connect, read_log
+from tests.waiting import wait_for
+
+__all__ = ["RawClient", "wait_for", "wait_records"]
+
+
+class RawClient:
+    """A TCP client that sends bytes and reads whole MQTT packets."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data: bytes) -> RawClient:
+        self.sock.sendall(data)
+        return self
+
+    def connect(self, level: int = 4, **fields) -> bytes:
+        """Send a CONNECT; return the CONNACK."""
+        self.send(connect(level, **fields))
+        return self.packet()
+
+    def _fill(self) -> bool:
+        try:
+            chunk = self.sock.recv(65536)
+        except (ConnectionResetError, OSError):
+            chunk = b""
+        self.buf += chunk
+        return bool(chunk)
+
+    def packet(self) -> bytes:
+        """The next packet; b"" when the edge closed the connection."""
+        while True:
+            total = frame_length(self.buf, from_client=False) if self.buf else None
+            if total is not None and len(self.buf) >= total:
+                pkt, self.buf = self.buf[:total], self.buf[total:]
+                return pkt
+            if not self._fill():
+                return b""
+
+    def closed(self) -> bool:
+        """True when the edge closes the connection (waits up to the timeout)."""
+        try:
+            return not self.sock.recv(1)
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def publish(self, level, **kw) -> RawClient:
+        from tests.edge.util import publish
+
+        return self.send(publish(level, **kw))
+
+    def send_packet(self, packet, level: int) -> RawClient:
+        return self.send(encode(packet, level))
+
+
+def wait_records(capture_dir, predicate, count: int, timeout: float = 10.0) -> list:
+    """Poll the capture log until ``count`` records satisfy ``predicate``."""
+    def ready():
+        recs = [r for r in read_log(capture_dir) if predicate(r)]
+        return recs if len(recs) >= count else None
+    return wait_for(ready, timeout, f"{count} capture records")
+
+
+@pytest.fixture
+def edge_config(tmp_path):
+    """A function: overrides -> Config on a fresh data dir, ephemeral port."""
+    def make(*overrides: str, data_dir=None):
+        d = data_dir or tmp_path / "data"
+        return load_config(None, [f"data_dir={d}", "edge.port=0", "capture.fsync_interval_ms=2",
+                                  *overrides], env={})
+    return make
+
+
+@pytest.fixture
+def run_edge(edge_config):
+    """A function: overrides -> a started EdgeThread (stopped after the test)."""
+    started: list[EdgeThread] = []
+
+    def start(*overrides: str, config=None) -> EdgeThread:
+        edge = EdgeThread(config or edge_config(*overrides)).start()
+        started.append(edge)
+        return edge
+
+    yield start
+    for edge in started:
+        edge.stop()
+
+
+@pytest.fixture
+def edge(run_edge):
+    return run_edge()
+
+
+@pytest.fixture
+def raw(edge):
+    clients: list[RawClient] = []
+
+    def open_client(port: int | None = None, timeout: float = 5.0) -> RawClient:
+        c = RawClient(port or edge.port, timeout=timeout)
+        clients.append(c)
+        return c
+
+    yield open_client
+    for c in clients:
+        c.close()

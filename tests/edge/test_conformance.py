@@ -1,0 +1,85 @@
+"""The Mosquitto conformance vectors against a running edge (in-process, on an
+ephemeral loopback port). Every vector passes, or is listed with its reason:
+in ``docs/conformance.md`` (edge decisions) or in the codec's
+``VECTOR_DEVIATIONS`` (``docs/rules.md``). A listed vector that passes, or that
+sends something other than what is listed, fails too."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bridge.config import load_config
+from bridge.edge.server import EdgeThread
+from bridge.mqtt.rules import RULES, VECTOR_DEVIATIONS
+from tests.edge.conformance import VECTORS, listed_differences, load_vectors, run_vectors
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "conformance.md"
+
+pytestmark = pytest.mark.skipif(not VECTORS.is_dir(),
+                                reason=f"conformance vectors not present at {VECTORS}")
+
+ALL = load_vectors() if VECTORS.is_dir() else []
+CODEC = {(d.file, name): d for d in VECTOR_DEVIATIONS for name in d.names}
+#: Codec deviations the edge does not show: an AUTH with bad flags has two
+#: faults, and the edge judges the session one first (no Authentication
+#: Method in the CONNECT [MQTT-4.12.0-7], 0x82), as Mosquitto does.
+SESSION_FIRST = {("AUTH.json", name) for name in ("F1", "F2", "F4", "F8")}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    data = tmp_path_factory.mktemp("conformance")
+    cfg = load_config(None, [f"data_dir={data}", "edge.port=0", "edge.receive_maximum=20",
+                             "edge.topic_alias_maximum=10", "edge.max_packet_bytes=268435460"],
+                      env={})
+    with EdgeThread(cfg) as edge:
+        results = asyncio.run(run_vectors("127.0.0.1", edge.port, ALL))
+    return {o.vector.key: o for o in results}
+
+
+@pytest.fixture(scope="module")
+def listed():
+    return listed_differences(DOC)
+
+
+@pytest.mark.parametrize("vector", ALL, ids=[f"{v.file}:{v.group}:{v.name.strip()}" for v in ALL])
+def test_vector(vector, outcomes, listed):
+    o = outcomes[vector.key]
+    codec = CODEC.get((vector.file, vector.name)) if vector.ver == 5 else None
+    entry = listed.get(vector.key)
+    if o.passed:
+        assert entry is None, "passes but docs/conformance.md lists it: remove the row"
+        assert codec is None or (vector.file, vector.name) in SESSION_FIRST, (
+            f"passes but VECTOR_DEVIATIONS lists it ({codec.our_rule})")
+        return
+    assert (vector.file, vector.name) not in SESSION_FIRST, o.detail
+    if entry is not None:
+        sends, _reason = entry
+        assert o.got is not None and o.got.hex() == sends, (
+            f"docs/conformance.md says the edge sends {sends}; {o.detail}")
+        return
+    if codec is not None:
+        reason = RULES[codec.our_rule].reason_code
+        assert o.got == bytes((0xE0, 1, reason)), (
+            f"VECTOR_DEVIATIONS says {codec.our_rule} (DISCONNECT 0x{reason:02X}); {o.detail}")
+        return
+    pytest.fail(f"not listed in docs/conformance.md: {o.detail}")
+
+
+def test_every_listed_vector_exists(listed):
+    keys = {v.key for v in ALL}
+    assert set(listed) <= keys, sorted(set(listed) - keys)
+    assert len(listed) == 27
+
+
+def test_the_document_states_the_counts(outcomes, listed):
+    passed = sum(o.passed for o in outcomes.values())
+    codec = sum(1 for o in outcomes.values() if not o.passed and o.vector.key not in listed)
+    text = DOC.read_text()
+    assert f"**{len(ALL)} vectors**" in text
+    assert f"**Result: {passed} pass; {len(ALL) - passed} differ" in text
+    assert f"({len(listed)} in the\ntable below, {codec} in the codec's deviation table)" in text
