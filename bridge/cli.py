@@ -31,6 +31,7 @@ class UsageError(Exception):
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config_cmd", "show the effective configuration (secrets masked)"),
     "doctor": ("doctor", "check prerequisites: Java, Python packages, services, data directory"),
+    "run": ("run", "edge and streaming job together: the embedded default (Ctrl-C stops cleanly)"),
     "process": ("process", "run the streaming job in this process (--once: process what is there, then exit)"),
     "status": ("status", "the job's last batch and its current lag"),
     "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),

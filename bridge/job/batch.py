@@ -94,6 +94,19 @@ def select_forward(frames: "DataFrame") -> "DataFrame":
     )
 
 
+def _forwardable(table) -> int:
+    """How many rows of an Arrow frame-row table ``select_forward`` would keep."""
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return 0
+    ok = pc.and_(pc.fill_null(table["valid"], False), pc.is_null(table["edge_rule"]))
+    ptype = pc.fill_null(table["packet_type"], 0)
+    pub = pc.and_(pc.equal(ptype, PUBLISH), pc.invert(pc.fill_null(table["duplicate"], False)))
+    rel = pc.and_(pc.equal(ptype, PUBREL), pc.is_valid(table["rel_topic"]))
+    return int(pc.sum(pc.and_(ok, pc.or_(pub, rel))).as_py() or 0)
+
+
 class BatchStep:
     """foreachBatch function object (driver only; see module doc)."""
 
@@ -121,21 +134,46 @@ class BatchStep:
         with self._lock:
             frames = frames.persist()
             try:
+                t1 = time.monotonic()
                 table = frames.toArrow()
+                t2 = time.monotonic()
                 stats.tables = write_tables(self.engine, table, self.app_id, batch_id)
+                t3 = time.monotonic()
+                stats.extra["timing_s"] = {"read_parse": round(t2 - t1, 3), "tables": round(t3 - t2, 3)}
                 if self.forward is not None:
-                    # bridge.amqp.sink.forward_batch -> ForwardResult
-                    fwd = self.forward(select_forward(frames), batch_id)
-                    counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
+                    # bridge.amqp.sink.forward_batch -> ForwardResult; a batch with
+                    # nothing to forward starts no Spark job for it.
+                    if _forwardable(table):
+                        fwd = self.forward(select_forward(frames), batch_id)
+                        counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
+                    else:
+                        counts = {}
                     stats.forwarded = int(counts.get("accepted", 0)) + int(counts.get("qos0", 0))
                     stats.forward_expired = int(counts.get("expired", 0))
                     stats.extra["forward"] = counts
+                    self._mark_processed(table)
+                    stats.extra["timing_s"]["forward"] = round(time.monotonic() - t3, 3)
+                log.debug("batch %d timing: %s", batch_id, stats.extra.get("timing_s"))
             finally:
                 frames.unpersist()
             self._maybe_maintain()
         stats.seconds = time.monotonic() - t0
         if self.on_stats is not None:
             self.on_stats(stats)
+
+    def _mark_processed(self, table) -> None:
+        """After the whole batch is forwarded, raise each partition's forwarded
+        mark to the batch's last offset: records that needed no forwarding
+        (CONNECT, quarantined frames, QoS 2 duplicates) must not hold back an
+        ``ack_after = "forward"`` acknowledgement waiting behind them."""
+        if table.num_rows == 0:
+            return
+        from bridge.amqp.forwarded import ForwardedOffsets
+
+        marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
+        ends = table.group_by("partition").aggregate([("offset", "max")])
+        for partition, offset in zip(ends["partition"].to_pylist(), ends["offset_max"].to_pylist()):
+            marks.record(int(partition), int(offset))
 
     def _maybe_maintain(self) -> None:
         interval = self.config.tables.compact_interval_s

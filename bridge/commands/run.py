@@ -1,0 +1,24 @@
+"""``lakegate run``: the edge and the streaming job together (the embedded default).
+
+Edge on ``edge.host:edge.port``, the job on a local Spark session, AMQP
+forwarding when ``amqp.url`` is set. An unreachable peer is reported in one
+line; capture continues and forwarding catches up when the peer appears.
+Ctrl-C stops cleanly: the edge stops accepting and fsyncs, the query
+finishes its batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bridge.config import Config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from bridge.job.runner import Runner
+
+    return Runner(config).run()

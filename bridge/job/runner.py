@@ -1,0 +1,175 @@
+"""``lakegate run``: the edge and the streaming job in one process.
+
+* The edge (``bridge.edge.server.EdgeServer``) runs on its own asyncio loop in
+  a thread; it captures and acknowledges whatever happens to the job.
+* The job runs under a supervisor on the main thread: when a micro-batch
+  fails (for example the AMQP peer is unreachable and the forwarder gave up
+  after its retries), the supervisor logs one line, waits with backoff and
+  starts the query again from its checkpoint. The tables skip what they
+  already committed and forwarding sends the batch again, so forwarding
+  catches up when the peer appears: nothing lost, nothing skipped.
+* SIGINT/SIGTERM: the edge stops accepting, closes connections (MQTT 5:
+  DISCONNECT 0x8B) and fsyncs; the query finishes the batch it is running,
+  then stops; the Spark session ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from bridge.config import Config, mask_secret
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["EdgeThread", "Runner", "amqp_reachable"]
+
+log = logging.getLogger("bridge.run")
+
+BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+FINISH_BATCH_S = 60.0
+
+
+def amqp_reachable(url: str, timeout: float = 2.0) -> bool:
+    """Whether a TCP connection to the AMQP peer's host and port succeeds."""
+    u = urlsplit(url)
+    port = u.port or (5671 if u.scheme == "amqps" else 5672)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class EdgeThread:
+    """The edge server on its own event loop, in a daemon thread."""
+
+    def __init__(self, config: Config) -> None:
+        from bridge.edge.server import EdgeServer
+
+        self.server = EdgeServer(config)
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name="lakegate-edge", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def serve() -> None:
+            await self.server.start()
+            self._ready.set()
+            try:
+                await self.server.serve_until_stopped()
+            finally:
+                await self.server.shutdown()
+
+        try:
+            self.loop.run_until_complete(serve())
+        except BaseException as exc:  # reported to the main thread
+            self.error = exc
+        finally:
+            self._ready.set()
+
+    def start(self, timeout: float = 120.0) -> list[tuple[str, int, bool]]:
+        self.thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"the edge did not start within {timeout:.0f}s")
+        if self.error is not None:
+            raise self.error
+        return self.server.addresses
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.server.stop)
+            self.thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+
+class Runner:
+    """Edge + supervised job (see module doc)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._stop = threading.Event()
+
+    def request_stop(self, *_: object) -> None:
+        if not self._stop.is_set():
+            log.info("stopping: edge stops accepting and fsyncs, the job finishes its batch")
+        self._stop.set()
+
+    def run(self, spark: "SparkSession | None" = None) -> int:
+        from bridge.job.pipeline import shutdown
+        from bridge.spark.session import build_session
+
+        cfg = self.config
+        edge = EdgeThread(cfg)
+        addresses = edge.start()
+        shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{h}:{p}" for h, p, tls in addresses)
+        print(f"lakegate run: edge on {shown}; data in {cfg.data_path}", flush=True)
+        if cfg.amqp.url:
+            peer = mask_secret("amqp.url", cfg.amqp.url)
+            if amqp_reachable(cfg.amqp.url):
+                print(f"lakegate run: forwarding to {peer}", flush=True)
+            else:
+                print(f"lakegate run: AMQP peer {peer} is unreachable; capturing continues and "
+                      "forwarding catches up when it appears", flush=True)
+        else:
+            print("lakegate run: AMQP forwarding off (amqp.url is empty)", flush=True)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self.request_stop)
+        own_session = spark is None
+        spark = spark or build_session(cfg, app_name="lakegate-run")
+        try:
+            return self._supervise(spark, edge)
+        finally:
+            edge.stop(cfg.edge.shutdown_grace_s + 10)
+            if own_session:
+                shutdown(spark)
+
+    def _supervise(self, spark: "SparkSession", edge: EdgeThread) -> int:
+        from bridge.job.pipeline import start_query
+
+        failures = 0
+        while not self._stop.is_set():
+            query = start_query(spark, self.config)
+            while not self._stop.is_set() and query.isActive:
+                if not edge.alive:
+                    log.error("the edge stopped: %s", edge.server.failed or edge.error or "unknown reason")
+                    self._stop.set()
+                    break
+                query.awaitTermination(1)
+            if self._stop.is_set():
+                self._finish(query, edge)
+                return 1 if (edge.server.failed or edge.error) else 0
+            exc = query.exception()
+            first = str(exc).strip().splitlines()[0] if exc is not None else "stopped"
+            delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+            failures += 1
+            log.warning("job: micro-batch failed (%s); capture continues; restarting from the checkpoint in %.0fs",
+                        first[:300], delay)
+            self._stop.wait(delay)
+        return 0
+
+    def _finish(self, query, edge: EdgeThread) -> None:
+        """Stop the edge first (no new data), then let the query finish its batch."""
+        edge.stop(self.config.edge.shutdown_grace_s + 10)
+        deadline = time.monotonic() + FINISH_BATCH_S
+        while query.isActive and time.monotonic() < deadline:
+            status = query.status
+            if not status.get("isTriggerActive", False):
+                break
+            query.awaitTermination(0.2)
+        if query.isActive:
+            query.stop()
