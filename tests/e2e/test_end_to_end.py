@@ -1,0 +1,140 @@
+"""End to end: a running edge, paho clients on MQTT 3.1, 3.1.1 and 5, the job
+run by the spark-submit command in a subprocess, `lakegate sql` over the
+retained view, and an AMQP consumer on the real RabbitMQ."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from tests.amqp.conftest import Consumer, rabbitmqctl
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"  # spark-submit runs this venv's python
+    env["PYSPARK_PYTHON"] = sys.executable
+    return env
+
+
+@pytest.fixture
+def edge(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "edge", "--set", f"data_dir={tmp_path}",
+                             "--set", "edge.port=0", "--set", "log_level=WARNING"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    line = proc.stdout.readline()
+    m = re.search(r"mqtt://127\.0\.0\.1:(\d+)", line)
+    assert m, f"edge did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    yield int(m.group(1))
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+
+
+def _client(port, cid, proto):
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=proto)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    return c
+
+
+def _props(**kw):
+    p = Properties(PacketTypes.PUBLISH)
+    for k, v in kw.items():
+        setattr(p, k, v)
+    return p
+
+
+def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp_path, rabbitmq):
+    port = edge
+    prefix = f"e2e{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(rabbitmq, prefix)
+    try:
+        sent = []  # (topic, payload, qos, retain)
+
+        def pub(c, topic, payload, qos, retain=False, props=None):
+            info = c.publish(topic, payload, qos=qos, retain=retain, properties=props)
+            info.wait_for_publish(10)
+            sent.append((topic, payload, qos, retain))
+
+        v31 = _client(port, f"{prefix}-v31", mqtt.MQTTv31)
+        pub(v31, f"{prefix}/dev/31/status", b"online", 1, retain=True)
+        pub(v31, f"{prefix}/dev/31/temp", b"20.5", 0)
+        v311 = _client(port, f"{prefix}-v311", mqtt.MQTTv311)
+        pub(v311, f"{prefix}/dev/311/status", b"on", 2, retain=True)
+        pub(v311, f"{prefix}/dev/311/status", b"", 1, retain=True)  # clears the retained message
+        pub(v311, f"{prefix}/dev/311/cfg", b"mode=eco", 1, retain=True)
+        v5 = _client(port, f"{prefix}-v5", mqtt.MQTTv5)
+        pub(v5, f"{prefix}/dev/5/status", b"up", 1, retain=True, props=_props(UserProperty=("site", "north")))
+        pub(v5, f"{prefix}/dev/5/data", b'{"t": 21}', 2,
+            props=_props(ContentType="application/json", MessageExpiryInterval=3600, PayloadFormatIndicator=1))
+        pub(v5, f"{prefix}/dev/5/alias", b"first", 1, props=_props(TopicAlias=3))
+        pub(v5, "", b"second", 1, props=_props(TopicAlias=3))  # the topic comes from the alias
+        sent[-1] = (f"{prefix}/dev/5/alias", b"second", 1, False)
+        for c in (v31, v311, v5):
+            c.loop_stop()
+            c.disconnect()
+
+        amqp = rabbitmq
+        job = subprocess.run(
+            [str(VENV_BIN / "spark-submit"), "--properties-file", "conf/spark-defaults.conf", "jobs/process_packets.py",
+             "--config", "conf/lakegate.toml", "--set", f"data_dir={tmp_path}", "--set", f"amqp.url={amqp}",
+             "--set", "spark.master=local[2]", "--once"],
+            capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
+        assert job.returncode == 0, job.stderr[-3000:]
+
+        out = subprocess.run([sys.executable, "-m", "bridge", "sql", "--set", f"data_dir={tmp_path}", "--format", "json",
+                              "SELECT topic, CAST(payload AS STRING) AS payload, qos, client_id FROM retained ORDER BY topic"],
+                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert json.loads(out.stdout) == [
+            {"topic": f"{prefix}/dev/31/status", "payload": "online", "qos": 1, "client_id": f"{prefix}-v31"},
+            {"topic": f"{prefix}/dev/311/cfg", "payload": "mode=eco", "qos": 1, "client_id": f"{prefix}-v311"},
+            {"topic": f"{prefix}/dev/5/status", "payload": "up", "qos": 1, "client_id": f"{prefix}-v5"},
+        ]
+
+        # every QoS 1 and 2 message reached the AMQP consumer, mapped as the seed says
+        expected = {}
+        for topic, _payload, qos, _retain in sent:
+            expected[topic] = expected.get(topic, 0) + {0: 0, 1: 1, 2: 2}[qos]  # QoS 2: publish + pubrel
+        for topic, payload, qos, retain in sent:
+            if qos == 0:
+                continue
+            msgs = consumer.wait(topic, expected[topic], timeout=30)
+            pubs = [m for m in msgs if m.subject == "publish" and bytes(m.body) == payload]
+            assert pubs, f"no AMQP_PUBLISH for {topic} {payload!r}"
+            m = pubs[0]
+            assert m.address == topic  # 'to' is the MQTT topic, verbatim
+            assert m.annotations["x-qos"] == qos and m.annotations["x-retain"] is retain
+            assert m.durable is True and isinstance(m.id, int) and m.id > 0
+            assert m.properties["lakegate-id"].startswith("mqtt-frames/")
+            if qos == 2:
+                rels = [x for x in msgs if x.subject == "pubrel"]
+                assert rels and rels[0].id == m.id and rels[0].address == topic
+        data = [m for m in consumer.wait(f"{prefix}/dev/5/data", 1) if m.subject == "publish"][0]
+        assert data.content_type == "application/json" and 0 < data.ttl <= 3600
+        status = [m for m in consumer.wait(f"{prefix}/dev/5/status", 1) if m.subject == "publish"][0]
+        assert status.properties["site"] == "north"
+    finally:
+        consumer.close()
+        ctl = rabbitmqctl()
+        if ctl:
+            out = subprocess.run([ctl, "-q", "list_bindings", "destination_name", "routing_key"],
+                                 capture_output=True, text=True, timeout=60).stdout
+            for line in out.splitlines():
+                parts = line.split("\t")
+                if len(parts) == 2 and parts[1] == consumer.binding:
+                    subprocess.run([ctl, "-q", "delete_queue", parts[0]], capture_output=True, timeout=60)
