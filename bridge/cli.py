@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config_cmd", "show the effective configuration (secrets masked)"),
     "doctor": ("doctor", "check prerequisites: Java, Python packages, services, data directory"),
     "run": ("run", "edge and streaming job together: the embedded default (Ctrl-C stops cleanly)"),
+    "demo": ("demo", "publish a realistic workload through the edge and show the tables and forwarding"),
     "process": ("process", "run the streaming job in this process (--once: process what is there, then exit)"),
     "status": ("status", "the job's last batch and its current lag"),
     "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),

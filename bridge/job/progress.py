@@ -76,6 +76,9 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         self._stats: dict[int, BatchStats] = {}
         self._reported: set[int] = set()
         self.queries: list = []
+        #: totals since this listener started (this job process)
+        self.totals = {"batches": 0, "input_rows": 0, "messages": 0, "quarantined": 0, "forwarded": 0,
+                       "forward_expired": 0, "retained_upserts": 0, "retained_deletes": 0}
         self._lock = threading.Lock()
         self.lines: list[str] = []
 
@@ -136,6 +139,9 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
             "forwarded": st.forwarded if st else 0, "forward_expired": st.forward_expired if st else 0,
             "lag": current_lag, "end_offsets": end, "query_id": str(p.id), "time": time.time(),
         }
+        for k in self.totals:
+            self.totals[k] += 1 if k == "batches" else int(d.get(k, 0) or 0)
+        d["totals"] = dict(self.totals)
         line = format_line(d)
         self.lines.append(line)
         log.info("%s", line)

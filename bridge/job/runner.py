@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
 import socket
 import threading
@@ -29,11 +31,13 @@ from bridge.config import Config, mask_secret
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["EdgeThread", "Runner", "amqp_reachable"]
+__all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "amqp_reachable", "running_run"]
 
 log = logging.getLogger("bridge.run")
 
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+#: ``lakegate run`` writes {"pid", "edge": [[host, port, tls], ...]} here while it runs.
+RUN_PID_FILE = "run.pid"
 FINISH_BATCH_S = 60.0
 
 
@@ -46,6 +50,17 @@ def amqp_reachable(url: str, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def running_run(config: Config) -> dict | None:
+    """The pid file of a ``lakegate run`` that is alive on this data_dir, else None."""
+    p = config.data_path / RUN_PID_FILE
+    try:
+        info = json.loads(p.read_text())
+        os.kill(int(info["pid"]), 0)
+        return info
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 class EdgeThread:
@@ -115,6 +130,8 @@ class Runner:
         cfg = self.config
         edge = EdgeThread(cfg)
         addresses = edge.start()
+        pid_file = cfg.data_path / RUN_PID_FILE
+        pid_file.write_text(json.dumps({"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}))
         shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{h}:{p}" for h, p, tls in addresses)
         print(f"lakegate run: edge on {shown}; data in {cfg.data_path}", flush=True)
         if cfg.amqp.url:
@@ -137,6 +154,7 @@ class Runner:
             edge.stop(cfg.edge.shutdown_grace_s + 10)
             if own_session:
                 shutdown(spark)
+            pid_file.unlink(missing_ok=True)
 
     def _supervise(self, spark: "SparkSession", edge: EdgeThread) -> int:
         from bridge.job.pipeline import start_query
