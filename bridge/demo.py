@@ -261,8 +261,8 @@ class Demo:
             exp = "-" if r["expires_at"] is None else r["expires_at"].strftime("%H:%M:%S")
             self.say(f"  {r['topic']:34} {payload:14} {r['qos']:>3}  {r['client_id']:16} {exp}")
         for r in expired:
-            self.say(f"  {r['topic']:34} (expired at {r['expires_at'].strftime('%H:%M:%S')}: Message Expiry "
-                     "Interval 5 s; lakegate compact removes it)")
+            self.say(f"  {r['topic']:34} (expired at {r['expires_at']:%H:%M:%S}: Message Expiry "
+                     f"Interval {r['message_expiry_interval']} s; lakegate compact removes it)")
         cleared = [r["topic"] for r in engine.arrow("retained").to_pylist()
                    if r["topic"].startswith(PREFIX + "/") and r["deleted"]]
         for t in cleared:
