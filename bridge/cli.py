@@ -82,7 +82,9 @@ def setup_logging(config: Config) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # PySpark logs every SQL analysis error with its whole JVM stack before
     # raising it; the command prints the error itself, in one line.
-    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+    # py4j.clientserver logs a foreachBatch error with its traceback before
+    # Spark fails the query with it; the job logs its root cause in one line.
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j.clientserver"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

@@ -97,7 +97,9 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
 
     def onQueryTerminated(self, event) -> None:
         if event.exception:
-            log.error("query terminated with error: %s", event.exception.splitlines()[0])
+            from bridge.job.runner import root_cause
+
+            log.error("query terminated with error: %s", root_cause(event.exception)[:500])
         else:
             log.info("query stopped")
 

@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -31,7 +32,7 @@ from bridge.config import Config, mask_secret
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "amqp_reachable", "running_run"]
+__all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "amqp_reachable", "root_cause", "running_run"]
 
 log = logging.getLogger("bridge.run")
 
@@ -50,6 +51,20 @@ def amqp_reachable(url: str, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
+
+
+_CAUSE = re.compile(r"^((?:bridge|proton|deltalake)\.[\w.]+|[A-Z]\w*(?:Error|Exception)): (.+)$")
+
+
+def root_cause(text: str) -> str:
+    """The innermost lakegate/library error line of a Spark streaming failure
+    (Spark wraps a foreachBatch error in several layers of Py4J and JVM text)."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    for line in reversed(lines):
+        m = _CAUSE.match(line)
+        if m and not m.group(1).startswith(("py4j", "pyspark")):
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"
+    return lines[0] if lines else "unknown error"
 
 
 def running_run(config: Config) -> dict | None:
@@ -143,11 +158,13 @@ class Runner:
                       "forwarding catches up when it appears", flush=True)
         else:
             print("lakegate run: AMQP forwarding off (amqp.url is empty)", flush=True)
+        own_session = spark is None
+        spark = spark or build_session(cfg, app_name="lakegate-run")
+        # After the session: PySpark's SparkContext installs its own SIGINT
+        # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, self.request_stop)
-        own_session = spark is None
-        spark = spark or build_session(cfg, app_name="lakegate-run")
         try:
             return self._supervise(spark, edge)
         finally:
@@ -157,26 +174,31 @@ class Runner:
             pid_file.unlink(missing_ok=True)
 
     def _supervise(self, spark: "SparkSession", edge: EdgeThread) -> int:
+        from pyspark.errors import StreamingQueryException
+
         from bridge.job.pipeline import start_query
 
         failures = 0
         while not self._stop.is_set():
             query = start_query(spark, self.config)
+            failure: str | None = None
             while not self._stop.is_set() and query.isActive:
                 if not edge.alive:
                     log.error("the edge stopped: %s", edge.server.failed or edge.error or "unknown reason")
                     self._stop.set()
                     break
-                query.awaitTermination(1)
+                try:
+                    query.awaitTermination(1)
+                except StreamingQueryException as exc:
+                    failure = root_cause(str(exc))
+                    break
             if self._stop.is_set():
                 self._finish(query, edge)
                 return 1 if (edge.server.failed or edge.error) else 0
-            exc = query.exception()
-            first = str(exc).strip().splitlines()[0] if exc is not None else "stopped"
             delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
             log.warning("job: micro-batch failed (%s); capture continues; restarting from the checkpoint in %.0fs",
-                        first[:300], delay)
+                        (failure or "query stopped")[:300], delay)
             self._stop.wait(delay)
         return 0
 
