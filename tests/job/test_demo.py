@@ -1,0 +1,45 @@
+"""`lakegate demo` from scratch: it starts a background run, publishes the
+workload, waits for the job, prints what the README's quick start shows, and
+stops the run it started."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    port = _free_port()
+    out = subprocess.run([sys.executable, "-m", "bridge", "demo", "--set", f"data_dir={tmp_path}",
+                          "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}", "--set", "log_level=WARNING"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:] + (tmp_path / "demo-run.log").read_text()[-3000:]
+    text = out.stdout
+    assert text.startswith("started lakegate run in the background (pid ")
+    lines = text.splitlines()
+    retained = [ln.split()[0] for ln in lines if ln.startswith("  demo/") and "(cleared" not in ln and "(expired" not in ln]
+    assert retained == ["demo/plant-7/dev-01/status", "demo/plant-7/dev-03/status", "demo/plant-7/dev-04/firmware",
+                        "demo/plant-7/dev-04/status"] or retained == [
+                        "demo/plant-7/dev-01/status", "demo/plant-7/dev-03/status", "demo/plant-7/dev-04/alarm",
+                        "demo/plant-7/dev-04/firmware", "demo/plant-7/dev-04/status"]  # alarm: 5 s expiry
+    assert "  demo/plant-7/dev-03/status         busy" in text
+    assert "demo/plant-7/dev-02/status         (cleared by a zero-byte retained publish)" in text
+    assert "MQTT-3.3.1-4   demo-broken-sensor: [MQTT-3.3.1-4] PUBLISH has both QoS bits set" in text
+    assert "published: 20 at QoS 0, 27 at QoS 1, 1 at QoS 2 (+1 malformed frame)" in text
+    assert "job: 48 messages stored, 48 forwarded to AMQP" in text
+    assert "AMQP consumer on /topic/demo.#: 47 AMQP_PUBLISH, 1 AMQP_PUBREL received" in text
+    assert text.rstrip().endswith("stopped the background lakegate run")
+    assert not (tmp_path / "run.pid").exists()
