@@ -64,3 +64,21 @@ def test_time_travel_through_spark(spark, engine):
     assert spark.sql("SELECT payload FROM retained").first().payload == b"v1"
     with pytest.raises(AsOfError, match=r"^retained: version 5 does not exist \(oldest 0, newest 2\)$"):
         register_views(spark, engine, as_of=5, views=["retained"])
+
+
+def test_readme_analyst_example_runs(spark, tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from tests.capture.test_readme import readme_examples
+
+    data = tmp_path / "data"
+    engine = DeltaRsEngine(data / "tables")
+    engine.ensure()
+    engine.merge_retained(retained_changes(table([publish("site/1/status", b"on", seq=1)])), "q", 0)
+    monkeypatch.setenv("LAKEGATE_DATA_DIR", str(data))
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    import textwrap
+
+    code = textwrap.dedent(readme_examples("Who does what")[0])
+    exec(compile(code, "README.md", "exec"), {})
+    assert "site/1/status" in capsys.readouterr().out
