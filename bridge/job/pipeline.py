@@ -9,6 +9,7 @@ and never reaches for a global session. The checkpoint lives under
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,10 +80,7 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
             str(p): n for p, n in enumerate(reader.durable_offsets())})
         spark.streams.addListener(listener)
         _listeners.append((spark, listener))
-    forward = None
-    if config.amqp.url:
-        def forward(df, batch_id):
-            return forward_batch(df, batch_id, config)
+    forward = functools.partial(forward_batch, config=config) if config.amqp.url else None
     step = BatchStep(config, engine, checkpoint, forward=forward, on_stats=listener.record)
     writer = (
         frame_rows(records).writeStream.foreachBatch(step)

@@ -20,7 +20,6 @@ import re
 from typing import TYPE_CHECKING, Iterable
 
 from bridge.tables.engine import TableEngine
-from schemas.tables import TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

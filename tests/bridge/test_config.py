@@ -42,7 +42,7 @@ def test_unknown_key_in_file_names_key_and_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(f, env={})
     assert err.value.key == "edge.prot"
-    assert str(err.value).startswith(f"config error: edge.prot: unknown key; known keys in [edge]: ")
+    assert str(err.value).startswith("config error: edge.prot: unknown key; known keys in [edge]: ")
     assert str(err.value).endswith(f"(from {f})")
 
 

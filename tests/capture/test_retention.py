@@ -13,6 +13,7 @@ from bridge.capture.layout import partition_dir
 from bridge.capture.retention import apply_retention
 from bridge.capture.segment import list_segments, segment_path
 from tests.capture.util import append_range, open_log
+from tests.waiting import wait_for
 
 
 def _log_with_segments(path, n=600, segment_bytes=3000):
@@ -109,9 +110,8 @@ def test_writer_applies_retention_periodically(tmp_path):
     commit_offsets(tmp_path, "job", {0: 600})
     _age(tmp_path, 10_000)
     with open_log(tmp_path, partitions=1, retention_age_s=60, retention_check_interval_s=1):
-        deadline = time.monotonic() + 20
-        while len(list_segments(partition_dir(tmp_path, 0))) > 1 and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling a condition with a deadline
+        wait_for(lambda: len(list_segments(partition_dir(tmp_path, 0))) <= 1, timeout=20,
+                 what="the writer's periodic retention")
     assert len(list_segments(partition_dir(tmp_path, 0))) == 1
 
 

@@ -17,7 +17,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.amqp.conftest import Consumer, rabbitmqctl
-from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,6 @@
 
 import datetime as dt
 import json
-import os
 import sys
 from pathlib import Path
 
