@@ -1,0 +1,1368 @@
+"""``lakegate bench e2e``: publish-to-AMQP-receipt, lakegate next to the glue a
+user would otherwise write, in one run, with the same publisher.
+
+**lakegate**: the bench starts its own ``lakegate run`` (``python -m bridge
+run``, this command's ``--config``/``--set``, a temporary ``data_dir``, a free
+loopback edge port, its own process group) forwarding to ``amqp.url``.
+
+**glue**: a Mosquitto of its own (the one ``bench edge`` starts: free loopback
+port, ``persistence false`` -- the bench never kills Mosquitto --, no
+inflight or queue limits, so Mosquitto itself drops nothing) and
+:data:`GLUE_SCRIPT`, written into the temporary directory and run with this
+Python: a paho subscriber (MQTT 3.1.1, QoS 1, a persistent session --
+``clean_session=False`` and a fixed client id, so Mosquitto queues for it
+while it is down) whose ``on_message`` hands each message to a proton
+``Container`` sender thread that sends it to ``/topic/<routing key>`` and
+counts the dispositions. paho acknowledges a QoS 1 message when
+``on_message`` returns (its default), so what sits in the hand-off queue or
+is in flight to the AMQP peer is acknowledged to Mosquitto and not yet
+forwarded: that is what a SIGKILL of the glue loses. ``--glue-mode sync``
+sends from ``on_message`` over a ``BlockingConnection`` and waits for the
+peer to settle each message before paho acknowledges (no such window, one
+round trip per message).
+
+**Publisher** (this process, asyncio): the load generator of ``bench edge``
+(:class:`bridge.bench.edge._LoadConn`: pre-encoded frames, acknowledgements
+read and counted in bulk), paced: MQTT 3.1.1, QoS 1, ``--connections``
+connections, each message due at a fixed time for the offered rate, at most
+``--window`` unacknowledged per connection. Each payload starts with its
+sequence number (8 bytes, big-endian); the topic names the phase and the
+connection. The bench keeps every message's send and PUBACK time.
+
+**Consumer** (this process, a proton thread): a receiver on
+``/topic/<prefix>.c.#`` (RabbitMQ binds a new queue to ``amq.topic``;
+the bench deletes it at the end with ``rabbitmqctl``). Latency = receipt
+time - send time, same clock. Messages are told apart by (topic,
+sequence): repeats are counted as duplicates.
+
+Phases, the glue first, then lakegate (nothing else of the bench runs
+meanwhile; the glue goes first so that its overload rate is known):
+
+1. **latency**: ``--rate`` msg/s for ``--latency-seconds`` (after a short
+   warm-up): publish-to-receipt p50/p95/p99, PUBACK p50/p99;
+2. **sustained rate**: steps from ``--start-rate``, times ``--step-factor``,
+   at most ``--max-steps``, to topics nothing is bound to (RabbitMQ accepts
+   and drops them: the consumer is out of the way). A step publishes for
+   ``--step-seconds``; a lakegate step goes on until ``--min-batches``
+   batches committed after the first ``--settle-seconds`` (at most three
+   times as long), so that slow batches still give a trend. A step holds
+   when the publisher sent at >= 95 % of the rate, every message was
+   acknowledged, and the backlog did not grow: its least-squares slope
+   after the settle time is at most :data:`SLOPE_LIMIT` of the rate per
+   second (a micro-batch job's backlog is a saw-tooth; what counts is its
+   trend). Backlog: lakegate -- the job's lag (capture log end minus the
+   checkpoint's committed offsets, as ``lakegate status``), one sample per
+   committed batch; glue -- messages Mosquitto acknowledged minus messages
+   the AMQP peer accepted from the glue (its status file), every 0.05 s.
+   The steps stop at the first that does not hold;
+3. **kill**: ``--rate`` for ``--kill-seconds``; halfway, SIGKILL of the
+   lakegate run's whole process group (driver, Spark JVM, Python workers)
+   or of the glue process. The glue is started again at once and the
+   publisher goes on; lakegate is started again on the same ``data_dir``
+   after the phase (its clients lost their connections). Lost = messages
+   the publisher got a PUBACK for that the consumer has not received by
+   the time everything is idle again (lakegate: the job's lag is 0; glue:
+   it has settled all it received) and nothing arrived for 3 s, or at
+   ``--recovery-timeout`` seconds after the restart. ``--overload-kill``
+   repeats the kill on both sides at ``--overload-rate`` (default: the
+   glue's first step that did not hold);
+4. **ack after forward** (lakegate only): the restarted run has
+   ``edge.ack_after = "forward"``; ``--rate`` for ``--latency-seconds``:
+   PUBACK p50/p99 next to the capture-mode PUBACK of phase 1.
+
+Output: a table, or ``--json`` with every number. Exit code 0 when every
+phase ran and lakegate lost no acknowledged message, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from bridge.bench.edge import _connect_frame, _cpu_seconds, _LoadConn, _stop, start_mosquitto
+from bridge.config import Config, load_config, mask_secret
+
+__all__ = ["GLUE_SCRIPT", "add_arguments", "run"]
+
+ROOT = Path(__file__).resolve().parents[2]
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: a step holds when the backlog grows by at most this fraction of the offered rate per second
+SLOPE_LIMIT = 0.10
+
+#: --quick values (the test), then the defaults; an explicit option wins over both.
+_PRESETS: dict[str, tuple[Any, Any]] = {
+    "rate": (100, 200),
+    "latency_seconds": (6.0, 15.0),
+    "warmup_seconds": (2.0, 3.0),
+    "start_rate": (1000, 1000),
+    "step_factor": (4.0, 2.0),
+    "max_steps": (1, 4),
+    "refine": (0, 1),
+    "step_seconds": (6.0, 12.0),
+    "settle_seconds": (2.0, 3.0),
+    "kill_seconds": (6.0, 10.0),
+    "overload_kill": (False, False),
+    "min_batches": (3, 6),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.add_argument("--quick", action="store_true",
+                   help="short phases (about 2-3 minutes in all; the test uses it)")
+    p.add_argument("--rate", type=int, help="offered rate of the latency and kill phases, msg/s (default 200)")
+    p.add_argument("--connections", type=int, default=4, help="publisher connections (default 4)")
+    p.add_argument("--payload-bytes", type=int, default=64, help="payload size, at least 8 (default 64)")
+    p.add_argument("--window", type=int, default=2000,
+                   help="unacknowledged messages per connection before the publisher waits (default 2000)")
+    p.add_argument("--latency-seconds", type=float, help="latency phase length (default 15)")
+    p.add_argument("--warmup-seconds", type=float, help="warm-up before the latency phase (default 3)")
+    p.add_argument("--start-rate", type=int, help="first sustained-rate step, msg/s (default 1000)")
+    p.add_argument("--step-factor", type=float, help="rate factor between steps (default 2)")
+    p.add_argument("--max-steps", type=int, help="at most this many rising steps (default 4)")
+    p.add_argument("--refine", type=int,
+                   help="steps between the highest rate that held and the lowest that did not (default 1)")
+    p.add_argument("--step-seconds", type=float, help="step length (default 12)")
+    p.add_argument("--settle-seconds", type=float,
+                   help="start of each step left out of the backlog slope (default 3)")
+    p.add_argument("--min-batches", type=int,
+                   help="lakegate steps run until this many batches committed after the settle time, "
+                        "at most 3 x --step-seconds (default 6)")
+    p.add_argument("--kill-seconds", type=float, help="kill phase length; SIGKILL halfway (default 10)")
+    p.add_argument("--overload-rate", type=int,
+                   help="rate of the second kill test (default: the glue's first step that did not hold)")
+    p.add_argument("--overload-kill", action=argparse.BooleanOptionalAction, default=None,
+                   help="also kill both sides at the overload rate (default: off)")
+    p.add_argument("--recovery-timeout", type=float, default=120.0,
+                   help="seconds after a restart for acknowledged messages to arrive (default 120)")
+    p.add_argument("--startup-timeout", type=float, default=240.0,
+                   help="seconds for lakegate run to start (default 240)")
+    p.add_argument("--glue-mode", choices=("async", "sync"), default="async",
+                   help="glue design: proton Container thread (paho acks on hand-off) or a "
+                        "BlockingConnection send per message (default async)")
+    p.add_argument("--only", choices=("lakegate", "glue"), help="measure one side only")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs) and say where")
+
+
+def _opts(args: argparse.Namespace) -> argparse.Namespace:
+    o = argparse.Namespace(**vars(args))
+    for name, (quick, default) in _PRESETS.items():
+        if getattr(o, name, None) is None:
+            setattr(o, name, quick if args.quick else default)
+    return o
+
+
+# ---------------------------------------------------------------- frames and publisher
+def _frames(topic: bytes, count: int, payload_bytes: int) -> tuple[bytes, int]:
+    """``count`` QoS 1 PUBLISH frames of one size (MQTT 3.1.1) back to back:
+    packet ids cycle 1..65535, the payload starts with the message's sequence
+    number (8 bytes, big-endian). Returns (blob, frame size)."""
+    rl = 2 + len(topic) + 2 + payload_bytes
+    if rl >= 16384:
+        raise ValueError("payload too large for the bench's two-byte Remaining Length")
+    head = b"\x32" + (bytes((rl,)) if rl < 128 else bytes((rl & 0x7F | 0x80, rl >> 7)))
+    prefix = head + len(topic).to_bytes(2, "big") + topic
+    size = len(prefix) + 2 + payload_bytes
+    filler = b"p" * (payload_bytes - 8)
+    parts = []
+    for k in range(count):
+        parts += (prefix, (k % 65535 + 1).to_bytes(2, "big"), k.to_bytes(8, "big"), filler)
+    return b"".join(parts), size
+
+
+class _PacedConn(_LoadConn):
+    """One publisher connection: ``bench edge``'s connection (CONNACK check,
+    PUBACKs read and counted in bulk), driven by the clock instead of by the
+    window: :meth:`send_upto` writes the frames that are due. Keeps every
+    message's send and PUBACK time (PUBACKs come in order)."""
+
+    def begin(self, blob: bytes, size: int, count: int, window: int) -> None:
+        self.done = asyncio.get_running_loop().create_future()
+        self.mode = "qos1"
+        self.blob, self.size, self.count, self.window = memoryview(blob), size, count, window
+        self.sent = self.acked = 0
+        self.latencies = None
+        self.send_t = array.array("d", bytes(8 * count))
+        self.ack_t = array.array("d", bytes(8 * count))
+
+    def send_upto(self, due: int) -> int:
+        if self.lost or self.transport is None:
+            return 0
+        end = min(due, self.count, self.acked + self.window)
+        n = end - self.sent
+        if n <= 0:
+            return 0
+        start = self.sent
+        self.transport.write(self.blob[start * self.size:end * self.size])
+        self.send_t[start:end] = array.array("d", [time.perf_counter()]) * n
+        self.sent = end
+        return n
+
+    def _acked(self, n: int) -> None:
+        a = self.acked
+        n = min(n, self.sent - a)
+        self.ack_t[a:a + n] = array.array("d", [time.perf_counter()]) * n
+        self.acked = a + n
+        if self.acked >= self.count and not self.done.done():
+            self.done.set_result(time.perf_counter())
+
+
+class Phase:
+    """One paced publishing phase: ``rate`` msg/s for ``seconds`` over the
+    connections, to ``<prefix>/<c|s>/<label>/<connection>``."""
+
+    def __init__(self, prefix: str, label: str, rate: float, seconds: float, connections: int,
+                 payload_bytes: int, window: int, consumed: bool) -> None:
+        self.label, self.rate, self.seconds = label, rate, seconds
+        self.topic_base = f"{prefix}/{'c' if consumed else 's'}/{label}/"
+        total = max(connections, int(round(rate * seconds)))
+        self.per = [total // connections + (1 if i < total % connections else 0) for i in range(connections)]
+        self.payload_bytes, self.window = payload_bytes, window
+        self.conns: list[_PacedConn] = []
+        self.t0 = self.t_sent = self.t_end = 0.0
+        self.error: str | None = None
+
+    def topic(self, i: int) -> str:
+        return f"{self.topic_base}{i:04d}"
+
+    async def connect(self, host: str, port: int, timeout: float = 30.0) -> None:
+        loop = asyncio.get_running_loop()
+        for i, n in enumerate(self.per):
+            _t, c = await loop.create_connection(_PacedConn, host, port)
+            sock = c.transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.transport.write(_connect_frame(f"{self.topic_base.replace('/', '-')}{i}"))
+            self.conns.append(c)
+        await asyncio.wait_for(asyncio.gather(*(c.connack for c in self.conns)), timeout)
+        for i, (c, n) in enumerate(zip(self.conns, self.per)):
+            blob, size = _frames(self.topic(i).encode(), n, self.payload_bytes)
+            c.begin(blob, size, n, self.window)
+
+    async def publish(self, tick: float = 0.002,
+                      hooks: list[tuple[float, Callable[[], Awaitable[None]]]] | None = None,
+                      sampler: Callable[[], None] | None = None, sample_every: float = 0.1,
+                      ack_timeout: float = 30.0, until: Callable[[float], bool] | None = None) -> None:
+        """Send on schedule (message k of connection i is due at
+        t0 + (k + i / connections) / per-connection rate), run ``hooks`` (at
+        seconds after t0, as tasks), call ``sampler`` every ``sample_every``
+        seconds; stop early once ``until(elapsed)`` is true (the phase then
+        holds what was sent); then wait at most ``ack_timeout`` for the
+        outstanding PUBACKs."""
+        n_conn = len(self.conns)
+        rate_c = self.rate / n_conn
+        pending = sorted(hooks or [], key=lambda h: h[0])
+        tasks: list[asyncio.Task] = []
+        next_sample = 0.0
+        self.t0 = time.perf_counter()
+        while True:
+            el = time.perf_counter() - self.t0
+            left = 0
+            for i, c in enumerate(self.conns):
+                due = int((el - i / self.rate) * rate_c) + 1 if el >= i / self.rate else 0
+                c.send_upto(due)
+                if not c.lost:
+                    left += c.count - c.sent
+            while pending and el >= pending[0][0]:
+                tasks.append(asyncio.ensure_future(pending.pop(0)[1]()))
+            if sampler is not None and el >= next_sample:
+                sampler()
+                next_sample = el + sample_every
+            if until is not None and left and until(el):
+                for c in self.conns:
+                    c.count = c.sent
+                    if c.acked >= c.count and c.done is not None and not c.done.done():
+                        c.done.set_result(time.perf_counter())
+                left = 0
+            if left == 0 or el > self.seconds * 3 + 30:
+                break
+            await asyncio.sleep(tick)
+        self.t_sent = time.perf_counter()
+        deadline = self.t_sent + ack_timeout
+        while time.perf_counter() < deadline and any(not c.lost and c.acked < c.sent for c in self.conns):
+            if sampler is not None:
+                sampler()
+            await asyncio.sleep(sample_every)
+        self.t_end = time.perf_counter()
+        for t in tasks:
+            await t
+        for c in self.conns:
+            if c.done is not None and c.done.done() and not c.done.cancelled():
+                exc = c.done.exception()
+                if exc is not None and self.error is None:
+                    self.error = str(exc)
+
+    def close(self) -> None:
+        for c in self.conns:
+            if c.transport is not None and not c.lost:
+                c.transport.write(b"\xe0\x00")
+                c.transport.close()
+
+    # -- results
+    @property
+    def sent(self) -> int:
+        return sum(c.sent for c in self.conns)
+
+    @property
+    def acked(self) -> int:
+        return sum(c.acked for c in self.conns)
+
+    def send_rate(self) -> float | None:
+        firsts = [c.send_t[0] for c in self.conns if c.sent]
+        lasts = [c.send_t[c.sent - 1] for c in self.conns if c.sent]
+        if not firsts or self.sent < 2:
+            return None
+        span = max(lasts) - min(firsts)
+        return round((self.sent - 1) / span, 1) if span > 0 else None
+
+    def puback_ms(self) -> dict | None:
+        lat = [c.ack_t[k] - c.send_t[k] for c in self.conns for k in range(c.acked)]
+        return _percentiles(lat, (50, 99))
+
+    def summary(self) -> dict:
+        return {"offered_rate": self.rate, "seconds": self.seconds, "messages": sum(c.count for c in self.conns),
+                "sent": self.sent, "acknowledged": self.acked, "send_rate": self.send_rate(),
+                "puback_ms": self.puback_ms(), **({"error": self.error} if self.error else {})}
+
+
+def _percentiles(values: list[float], qs=(50, 95, 99)) -> dict | None:
+    if not values:
+        return None
+    s = sorted(values)
+    out = {f"p{q}": round(s[min(len(s) - 1, int(len(s) * q / 100))] * 1000, 2) for q in qs}
+    out["max"] = round(s[-1] * 1000, 2)
+    return out
+
+
+def _slope(samples: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (t, value) samples, value per second."""
+    if len(samples) < 3:
+        return None
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    den = sum((t - mt) ** 2 for t, _ in samples)
+    return sum((t - mt) * (v - mv) for t, v in samples) / den if den > 0 else None
+
+
+# ---------------------------------------------------------------- AMQP consumer
+class _Receiver:
+    """AMQP 1.0 receiver on ``/topic/<binding>`` in a proton thread; keeps
+    (topic, sequence, receipt time) of every message."""
+
+    def __init__(self, amqp: Any, binding: str) -> None:
+        from proton.handlers import MessagingHandler
+        from proton.reactor import Container, EventInjector
+
+        from bridge.amqp.sender import peer_url
+
+        url, user, password = peer_url(amqp)
+        creds = {k: v for k, v in (("user", user), ("password", password)) if v is not None}
+
+        self.rx: list[tuple[str, int, float]] = []
+        self.error: str | None = None
+        self.ready = threading.Event()
+        self.injector = EventInjector()
+        self.conn: Any = None
+        me = self
+
+        class H(MessagingHandler):
+            def __init__(self) -> None:
+                super().__init__(prefetch=5000)
+
+            def on_start(self, event: Any) -> None:
+                event.container.selectable(me.injector)
+                me.conn = event.container.connect(url, reconnect=False, allowed_mechs=amqp.sasl_mechanisms,
+                                                  **creds)
+                event.container.create_receiver(me.conn, f"/topic/{binding}")
+
+            def on_link_opened(self, event: Any) -> None:
+                me.ready.set()
+
+            def on_message(self, event: Any) -> None:
+                t = time.perf_counter()
+                m = event.message
+                body = m.body if isinstance(m.body, (bytes, bytearray, memoryview)) else b""
+                me.rx.append((m.address or "", int.from_bytes(bytes(body[:8]), "big"), t))
+
+            def on_transport_error(self, event: Any) -> None:
+                me.error = str(event.transport.condition)
+                me.ready.set()
+
+            def on_lg_stop(self, event: Any) -> None:
+                me.conn.close()
+                me.injector.close()
+
+        self.container = Container(H())
+        self.thread = threading.Thread(target=self.container.run, daemon=True, name="bench-e2e-consumer")
+        self.thread.start()
+        if not self.ready.wait(15) or self.error:
+            raise RuntimeError(f"AMQP consumer could not attach to /topic/{binding}: {self.error or 'timeout'}")
+
+    def received(self, phase: Phase) -> dict[tuple[int, int], list[float]]:
+        """(connection, sequence) -> receipt times, for the phase's messages."""
+        base = phase.topic_base
+        out: dict[tuple[int, int], list[float]] = {}
+        for topic, seq, t in list(self.rx):
+            if topic.startswith(base):
+                out.setdefault((int(topic[len(base):]), seq), []).append(t)
+        return out
+
+    def count(self, phase: Phase) -> int:
+        base = phase.topic_base
+        return sum(1 for topic, _s, _t in list(self.rx) if topic.startswith(base))
+
+    def close(self) -> None:
+        from proton.reactor import ApplicationEvent
+
+        self.injector.trigger(ApplicationEvent("lg_stop"))
+        self.thread.join(10)
+
+
+def _delivery(phase: Phase, rx: _Receiver) -> dict:
+    """What the consumer got of ``phase``: acknowledged, received, lost,
+    duplicates, publish-to-receipt latency."""
+    got = rx.received(phase)
+    lat: list[float] = []
+    lost = unacked_received = 0
+    for i, c in enumerate(phase.conns):
+        for k in range(c.acked):
+            times = got.get((i, k))
+            if times is None:
+                lost += 1
+            else:
+                lat.append(times[0] - c.send_t[k])
+        unacked_received += sum(1 for k in range(c.acked, c.sent) if (i, k) in got)
+    return {"acknowledged": phase.acked, "received": len(got), "lost_acknowledged": lost,
+            "duplicates": sum(len(v) - 1 for v in got.values()),
+            "received_not_acknowledged": unacked_received, "e2e_ms": _percentiles(lat)}
+
+
+async def _await(cond: Callable[[], bool], timeout: float, poll: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(poll)
+    return True
+
+
+async def _settle(phase: Phase, rx: _Receiver, idle: Callable[[], bool], timeout: float,
+                  quiet: float = 3.0) -> bool:
+    """Wait until every acknowledged message of ``phase`` was received (True),
+    or the system is ``idle()`` and nothing more arrived for ``quiet``
+    seconds, or ``timeout`` (False)."""
+    done = _all_received(phase, rx)
+    deadline = time.monotonic() + max(timeout, 0.0)
+    last, since = -1, time.monotonic()
+    while True:
+        if done():
+            return True
+        now = time.monotonic()
+        n = rx.count(phase)
+        if n != last:
+            last, since = n, now
+        elif now - since >= quiet and idle():
+            return False
+        if now >= deadline:
+            return False
+        await asyncio.sleep(0.25)
+
+
+def _all_received(phase: Phase, rx: _Receiver) -> Callable[[], bool]:
+    def cond() -> bool:
+        if rx.count(phase) < phase.acked:
+            return False
+        got = rx.received(phase)
+        return all((i, k) in got for i, c in enumerate(phase.conns) for k in range(c.acked))
+    return cond
+
+
+# ---------------------------------------------------------------- processes
+def _session_stats(sid: int) -> list[tuple[int, float]]:
+    """(pid, CPU seconds) of every live process in session ``sid`` (a
+    lakegate run started by the bench: its driver, Spark JVM, Python workers)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            f = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(f[3]) == sid and f[0] != "Z":
+            out.append((int(d), (int(f[11]) + int(f[12])) / _TICKS))
+    return out
+
+
+def _session_cpu(sid: int) -> float:
+    return sum(c for _pid, c in _session_stats(sid))
+
+
+class _Lakegate:
+    """``python -m bridge run`` in its own session (process group)."""
+
+    def __init__(self, args: argparse.Namespace, data_dir: Path, log_path: Path) -> None:
+        self.base = list(getattr(args, "overrides", None) or [])
+        self.config_file = getattr(args, "config", None)
+        self.data_dir, self.log_path = data_dir, log_path
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.cpu_dead = 0.0  # CPU of killed incarnations
+
+    def sets(self, extra: list[str]) -> list[str]:
+        return ["log_level=INFO", *self.base, f"data_dir={self.data_dir}", "edge.port=0",
+                "edge.host=127.0.0.1", *extra]
+
+    def config(self, extra: list[str] = ()) -> Config:
+        return load_config(self.config_file, self.sets(list(extra)))
+
+    def start(self, extra: list[str], timeout: float) -> float:
+        from bridge.job.runner import running_run
+
+        cmd = [sys.executable, "-m", "bridge", "run"]
+        if self.config_file:
+            cmd += ["--config", self.config_file]
+        for s in self.sets(extra):
+            cmd += ["--set", s]
+        cfg = self.config(extra)
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = t0 + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lakegate run exited with code {self.proc.returncode}: {self.tail()}")
+            info = running_run(cfg)
+            if info is not None and info.get("pid") == self.proc.pid:
+                self.port = next((p for _h, p, tls in info["edge"] if not tls), info["edge"][0][1])
+                return time.monotonic() - t0
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"lakegate run did not start its edge within {timeout:.0f}s: {self.tail()}")
+            time.sleep(0.1)  # startup poll, bounded by the deadline
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no log"
+        return " | ".join(text[-lines:])
+
+    def cpu(self) -> float:
+        return self.cpu_dead + (_session_cpu(self.proc.pid) if self.proc is not None else 0.0)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (driver, Spark JVM, Python workers)."""
+        if self.proc is None:
+            return
+        self.cpu_dead += _session_cpu(self.proc.pid)
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the leader is not reaped yet: the group is ours
+        self.proc.wait(30)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """SIGKILL what is left of our own session (processes that left the group), by pid."""
+        for pid, _cpu in _session_stats(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """SIGINT (graceful: the edge fsyncs, the job finishes its batch); then
+        SIGKILL whatever of the group is left."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the leader is not reaped yet: the group is ours
+            self.proc.wait(30)
+        self._sweep()
+
+
+GLUE_SCRIPT = r'''"""MQTT -> AMQP 1.0 glue as users write it: a paho subscriber (QoS 1)
+that forwards every message with python-qpid-proton. Written and run by
+``lakegate bench e2e``; a status file reports counts for the bench."""
+import argparse, collections, json, os, queue, threading, time
+
+import paho.mqtt.client as mqtt
+from proton import Message
+from proton.handlers import MessagingHandler
+from proton.reactor import ApplicationEvent, Container, EventInjector
+
+p = argparse.ArgumentParser()
+p.add_argument("--mqtt-port", type=int, required=True)
+p.add_argument("--topic-filter", required=True)
+p.add_argument("--client-id", required=True)
+p.add_argument("--amqp-url", required=True, help="without credentials: they come from GLUE_AMQP_USER/_PASSWORD")
+p.add_argument("--status", required=True)
+p.add_argument("--mode", choices=("async", "sync"), default="async")
+p.add_argument("--clean-session", action="store_true")
+a = p.parse_args()
+
+CREDS = {k: os.environ[e] for k, e in (("user", "GLUE_AMQP_USER"), ("password", "GLUE_AMQP_PASSWORD"))
+         if e in os.environ}
+stats = {"pid": os.getpid(), "received": 0, "accepted": 0, "failed": 0, "subscribed": False, "amqp": False}
+
+
+def write_status():
+    tmp = a.status + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(stats, fh)
+    os.replace(tmp, a.status)
+
+
+def status_loop():
+    while True:
+        write_status()
+        time.sleep(0.25)
+
+
+def address(topic):
+    return "/topic/" + topic.replace("/", ".")
+
+
+class AsyncForwarder(MessagingHandler):
+    """Sends what on_message hands over, as far as link credit goes; counts dispositions."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = queue.SimpleQueue()
+        self.pending = collections.defaultdict(collections.deque)
+        self.senders = {}
+        self.injector = EventInjector()
+        self.waking = False
+
+    def submit(self, topic, payload):  # paho's thread
+        self.q.put((topic, payload))
+        if not self.waking:
+            self.waking = True
+            self.injector.trigger(ApplicationEvent("glue_wake"))
+
+    def on_start(self, event):
+        self.container = event.container
+        event.container.selectable(self.injector)
+        self.conn = event.container.connect(a.amqp_url, **CREDS)
+
+    def on_connection_opened(self, event):
+        stats["amqp"] = True
+        write_status()
+
+    def on_glue_wake(self, event):
+        self.waking = False
+        self.pump()
+
+    def on_sendable(self, event):
+        self.pump()
+
+    def pump(self):
+        while True:
+            try:
+                topic, payload = self.q.get_nowait()
+            except queue.Empty:
+                break
+            addr = address(topic)
+            if addr not in self.senders:
+                self.senders[addr] = self.container.create_sender(self.conn, addr)
+            self.pending[addr].append(Message(body=payload, address=topic, durable=True, inferred=True))
+        for addr, dq in self.pending.items():
+            s = self.senders[addr]
+            while dq and s.credit:
+                s.send(dq.popleft())
+
+    def on_accepted(self, event):
+        stats["accepted"] += 1
+
+    def on_rejected(self, event):
+        stats["failed"] += 1
+
+    def on_released(self, event):
+        stats["failed"] += 1
+
+
+class SyncForwarder:
+    """One BlockingConnection; send() waits until the peer settled the message."""
+
+    def __init__(self):
+        from proton.utils import BlockingConnection
+
+        self.conn = BlockingConnection(a.amqp_url, **CREDS)
+        self.senders = {}
+        stats["amqp"] = True
+
+    def submit(self, topic, payload):
+        addr = address(topic)
+        if addr not in self.senders:
+            self.senders[addr] = self.conn.create_sender(addr)
+        self.senders[addr].send(Message(body=payload, address=topic, durable=True, inferred=True))
+        stats["accepted"] += 1
+
+
+if a.mode == "async":
+    fwd = AsyncForwarder()
+    threading.Thread(target=Container(fwd).run, daemon=True).start()
+else:
+    fwd = SyncForwarder()
+threading.Thread(target=status_loop, daemon=True).start()
+
+
+def on_connect(client, userdata, flags, reason_code, properties):
+    client.subscribe(a.topic_filter, qos=1)
+
+
+def on_subscribe(client, userdata, mid, reason_codes, properties):
+    stats["subscribed"] = True
+    write_status()
+
+
+def on_message(client, userdata, msg):
+    stats["received"] += 1
+    fwd.submit(msg.topic, msg.payload)  # paho sends PUBACK when this returns
+
+
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=a.client_id, protocol=mqtt.MQTTv311,
+                clean_session=a.clean_session)
+c.on_connect, c.on_subscribe, c.on_message = on_connect, on_subscribe, on_message
+c.connect("127.0.0.1", a.mqtt_port, keepalive=30)
+c.loop_forever()
+'''
+
+
+class _Glue:
+    """:data:`GLUE_SCRIPT` as a process; :meth:`status` reads its counts."""
+
+    def __init__(self, workdir: Path, mqtt_port: int, topic_filter: str, amqp: Any, mode: str,
+                 client_id: str) -> None:
+        from bridge.amqp.sender import peer_url
+
+        amqp_url, user, password = peer_url(amqp)
+        self.env = dict(os.environ)
+        for key, value in (("GLUE_AMQP_USER", user), ("GLUE_AMQP_PASSWORD", password)):
+            if value is not None:
+                self.env[key] = value
+        self.script = workdir / "glue.py"
+        self.script.write_text(GLUE_SCRIPT)
+        self.status_path = workdir / "glue-status.json"
+        self.log_path = workdir / "glue.log"
+        self.cmd = [sys.executable, str(self.script), "--mqtt-port", str(mqtt_port), "--topic-filter",
+                    topic_filter, "--client-id", client_id, "--amqp-url", amqp_url,
+                    "--status", str(self.status_path), "--mode", mode]
+        self.proc: subprocess.Popen | None = None
+        self.accepted_before = 0  # accepted by killed incarnations
+        self.cpu_dead = 0.0
+
+    def start(self) -> subprocess.Popen:
+        self.status_path.unlink(missing_ok=True)
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, env=self.env)
+        return self.proc
+
+    def status(self) -> dict:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"the glue exited with code {self.proc.returncode}; see {self.log_path}")
+        st = self.status()
+        return bool(st.get("subscribed") and st.get("amqp") and st.get("pid") == self.proc.pid)
+
+    def idle(self) -> bool:
+        """Everything the running glue received is settled by the AMQP peer."""
+        st = self.status()
+        return bool(st) and st.get("received", 0) <= st.get("accepted", 0) + st.get("failed", 0)
+
+    def accepted(self) -> int:
+        return self.accepted_before + int(self.status().get("accepted", 0))
+
+    def cpu(self) -> float:
+        return self.cpu_dead + ((_cpu_seconds(self.proc.pid) or 0.0) if self.proc is not None else 0.0)
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        self.cpu_dead += _cpu_seconds(self.proc.pid) or 0.0
+        self.accepted_before += int(self.status().get("accepted", 0))
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _rabbitmqctl() -> str | None:
+    return shutil.which("rabbitmqctl") or next(
+        (p for p in ("/usr/sbin/rabbitmqctl", "/usr/lib/rabbitmq/bin/rabbitmqctl") if os.path.exists(p)), None)
+
+
+def _delete_queue(binding: str) -> str:
+    """Delete the queue RabbitMQ bound to ``amq.topic`` for the consumer."""
+    ctl = _rabbitmqctl()
+    if ctl is None:
+        return f"rabbitmqctl not found: the queue bound to {binding} stays"
+    try:
+        out = subprocess.run([ctl, "-q", "list_bindings", "destination_name", "routing_key"],
+                             capture_output=True, text=True, timeout=60).stdout
+        names = [ln.split("\t")[0] for ln in out.splitlines() if ln.split("\t")[-1] == binding]
+        for name in names:
+            subprocess.run([ctl, "-q", "delete_queue", name], capture_output=True, timeout=60)
+        return f"deleted {len(names)} queue(s) bound to {binding}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not delete the queue bound to {binding}: {exc}"
+
+
+# ---------------------------------------------------------------- the two sides
+class _Probe:
+    """Backlog of one side during a step: ``backlog()`` -> (new sample?,
+    backlog) or None; ``drained()``; ``summary()`` adds to the step's JSON."""
+
+    min_samples = 1
+
+    def backlog(self) -> tuple[bool, int] | None:
+        raise NotImplementedError
+
+    def drained(self) -> bool:
+        got = self.backlog()
+        return got is not None and got[1] <= 0
+
+    def summary(self) -> dict:
+        return {}
+
+
+class _JobProbe(_Probe):
+    """lakegate: the job's lag (log end - the checkpoint's committed offsets,
+    as ``lakegate status``), a sample per committed batch; and the batches'
+    input rows and durations from the status file."""
+
+    def __init__(self, config: Config, min_samples: int) -> None:
+        from bridge.job.pipeline import checkpoint_path
+
+        self.config = config
+        self.checkpoint = checkpoint_path(config)
+        self.min_samples = min_samples
+        self.reader: Any = None
+        self.last_batch: int | None = None
+        self.batches: dict[int, tuple[int, int]] = {}
+
+    def backlog(self) -> tuple[bool, int] | None:
+        from bridge.capture import LogReader
+        from bridge.job.progress import committed_offsets, lag, read_status
+
+        if self.reader is None:
+            if not (self.config.capture_dir / "meta.json").exists():
+                return None
+            self.reader = LogReader(self.config.capture_dir)
+        batch, end = committed_offsets(self.checkpoint)
+        if batch is None:
+            return None
+        ends = {str(p): n for p, n in enumerate(self.reader.durable_offsets())}
+        new = batch != self.last_batch
+        self.last_batch = batch
+        if new:
+            try:
+                st = read_status(self.config.data_path) or {}
+            except (OSError, ValueError):  # being replaced right now; the next batch's will do
+                st = {}
+            if st.get("batch_id") is not None:
+                self.batches[int(st["batch_id"])] = (int(st.get("input_rows", 0)), int(st.get("duration_ms", 0)))
+        return new, lag(end, ends)
+
+    def reset(self) -> None:
+        self.batches = {}
+
+    def summary(self) -> dict:
+        b = [v for k, v in sorted(self.batches.items())[1:]]  # the first may have started before the step
+        rows, ms = sum(r for r, _ in b), sum(d for _, d in b)
+        return {"job_batches": len(b), "job_batch_s_mean": round(ms / len(b) / 1000, 2) if b else None,
+                "job_rows_per_busy_s": round(rows / (ms / 1000), 1) if ms else None}
+
+
+class _GlueProbe(_Probe):
+    """glue: messages Mosquitto acknowledged to the publisher minus messages
+    the AMQP peer accepted from the glue since the step began."""
+
+    def __init__(self, phase: Phase, glue: "_Glue") -> None:
+        self.phase, self.glue = phase, glue
+        self.base = glue.accepted()
+
+    def backlog(self) -> tuple[bool, int]:
+        return True, self.phase.acked - (self.glue.accepted() - self.base)
+
+
+class _Bench:
+    def __init__(self, args: argparse.Namespace, config: Config, tmp: Path) -> None:
+        self.o = _opts(args)
+        self.args = args
+        self.config = config
+        self.tmp = tmp
+        self.prefix = f"lge2e{uuid.uuid4().hex[:8]}"
+        self.rx: _Receiver | None = None
+        self.say = lambda s: print(f"bench e2e: {s}", file=sys.stderr, flush=True)
+
+    def phase(self, label: str, rate: float, seconds: float, consumed: bool = True) -> Phase:
+        o = self.o
+        return Phase(self.prefix, label, rate, seconds, o.connections, o.payload_bytes, o.window, consumed)
+
+    async def _latency(self, port: int, label: str, warm: bool, cpu: Callable[[], float]) -> tuple[Phase, dict]:
+        o, rx = self.o, self.rx
+        if warm and o.warmup_seconds > 0:
+            w = self.phase(f"{label}-warm", o.rate, o.warmup_seconds)
+            await w.connect("127.0.0.1", port)
+            await w.publish()
+            w.close()
+            await _await(_all_received(w, rx), 120)
+        ph = self.phase(label, o.rate, o.latency_seconds)
+        await ph.connect("127.0.0.1", port)
+        c0 = cpu()
+        await ph.publish(ack_timeout=120)
+        ph.close()
+        await _await(_all_received(ph, rx), 120)
+        out = {**ph.summary(), **_delivery(ph, rx), "cpu_s": round(cpu() - c0, 2)}
+        return ph, out
+
+    async def _steps(self, port: int, label: str, probe: Callable[[Phase], "_Probe"],
+                     cpu: Callable[[], float]) -> dict:
+        """Step the rate up until a step does not hold, then ``--refine``
+        steps between the highest that held and the lowest that did not (at
+        their geometric mean, rounded to 100 msg/s)."""
+        o = self.o
+        steps: list[dict] = []
+        best: float | None = None
+        failed: float | None = None
+        rate = float(o.start_rate)
+        for n in range(o.max_steps):
+            step = await self._step(port, f"{label}-s{n}", rate, probe, cpu)
+            steps.append(step)
+            if not step["sustained"]:
+                failed = rate
+                break
+            best = rate
+            rate = float(round(rate * o.step_factor))
+        for n in range(o.refine if best is not None and failed is not None else 0):
+            mid = float(round((best * failed) ** 0.5, -2))
+            if not best < mid < failed:
+                break
+            step = await self._step(port, f"{label}-r{n}", mid, probe, cpu)
+            step["refinement"] = True
+            steps.append(step)
+            if step["sustained"]:
+                best = mid
+            else:
+                failed = mid
+        return {"steps": steps, "max_sustained_rate": best, "lowest_failed_rate": failed,
+                "criterion": f"send rate >= 95% of offered, every message acknowledged, backlog slope "
+                             f"<= {SLOPE_LIMIT:.0%} of offered per s after the first {o.settle_seconds:g} s, "
+                             f"backlog under half the step's messages"}
+
+    async def _step(self, port: int, label: str, rate: float, probe: Callable[[Phase], "_Probe"],
+                    cpu: Callable[[], float]) -> dict:
+        """One step: publish at ``rate`` for ``--step-seconds`` (lakegate: until
+        ``--min-batches`` samples after the settle time, at most three times
+        as long, unless the backlog is already over half of what was sent),
+        judge it, wait for the backlog to drain."""
+        o = self.o
+        ph = self.phase(label, rate, o.step_seconds * 3, consumed=False)
+        await ph.connect("127.0.0.1", port)
+        pr = probe(ph)
+        samples: list[tuple[float, int]] = []
+        all_samples: list[int] = []
+
+        def sample() -> None:
+            got = pr.backlog()
+            if got is None:
+                return
+            new, value = got
+            all_samples.append(value)
+            if new:
+                samples.append((time.perf_counter() - ph.t0, value))
+
+        def enough(el: float) -> bool:
+            if el < o.step_seconds:
+                return False
+            if all_samples and all_samples[-1] > 0.5 * ph.sent:
+                return True  # overwhelmed: no need for a trend
+            return sum(1 for t, _v in samples if t >= o.settle_seconds) >= pr.min_samples
+
+        c0 = cpu()
+        await ph.publish(sampler=sample, sample_every=0.05, ack_timeout=60, until=enough)
+        cpu_s = cpu() - c0
+        ph.close()
+        sent_for = ph.t_sent - ph.t0
+        window = [(t, v) for t, v in samples if o.settle_seconds <= t <= sent_for]
+        slope = _slope(window)
+        send_rate = ph.send_rate() or 0.0
+        at_end = all_samples[-1] if all_samples else None
+        t_drain = time.perf_counter()
+        ok_drain = await _await(pr.drained, 90, poll=0.1)
+        drain_s = time.perf_counter() - t_drain
+        held = (ph.error is None and send_rate >= 0.95 * rate and ph.acked == ph.sent and ok_drain
+                and slope is not None and slope <= SLOPE_LIMIT * rate
+                and at_end is not None and at_end <= 0.5 * ph.sent)
+        step = {"offered_rate": rate, "seconds": round(sent_for, 1), "messages": ph.sent,
+                "send_rate": send_rate, "acknowledged": ph.acked, "puback_ms": ph.puback_ms(),
+                "backlog_samples": len(window),
+                "backlog_slope_per_s": round(slope, 1) if slope is not None else None,
+                "backlog_max": max(all_samples) if all_samples else None, "backlog_at_end": at_end,
+                "drain_s": round(drain_s, 2), "drained": ok_drain, "cpu_s": round(cpu_s, 2),
+                **pr.summary(), "sustained": held, **({"error": ph.error} if ph.error else {})}
+        self.say(f"  {label}: {rate:,.0f} msg/s for {sent_for:.0f} s: sent at {send_rate:,.0f}/s, "
+                 f"backlog slope {step['backlog_slope_per_s']}/s over {len(window)} samples, max "
+                 f"{step['backlog_max']}: {'holds' if held else 'does not hold'}")
+        return step
+
+    # -- kill tests
+    def _kill_result(self, kp: Phase, rx: _Receiver, recovered: bool, t_from: float, **extra: Any) -> dict:
+        d = _delivery(kp, rx)
+        return {**extra, "offered_rate": kp.rate, "sent": kp.sent, "acknowledged": kp.acked,
+                "all_acknowledged_received_s": round(time.perf_counter() - t_from, 1) if recovered else None,
+                "received": d["received"], "lost_acknowledged": d["lost_acknowledged"],
+                "duplicates": d["duplicates"], "received_not_acknowledged": d["received_not_acknowledged"]}
+
+    async def _lakegate_kill(self, lg: _Lakegate, label: str, rate: float, restart: list[str],
+                             idle: Callable[[], bool]) -> dict:
+        o = self.o
+        self.say(f"lakegate: kill test at {rate:,.0f} msg/s, SIGKILL after {o.kill_seconds / 2:g} s ...")
+        kp = self.phase(label, rate, o.kill_seconds)
+        await kp.connect("127.0.0.1", lg.port)
+        killed_at: list[float] = []
+
+        async def kill() -> None:
+            killed_at.append(time.perf_counter() - kp.t0)
+            lg.kill()
+
+        await kp.publish(hooks=[(o.kill_seconds / 2, kill)], ack_timeout=5)
+        kp.close()
+        received_before = _delivery(kp, self.rx)["received"]
+        t_restart = time.perf_counter()
+        restart_s = lg.start(restart, o.startup_timeout)
+        recovered = await _settle(kp, self.rx, idle, o.recovery_timeout - (time.perf_counter() - t_restart))
+        out = self._kill_result(
+            kp, self.rx, recovered, t_restart,
+            signal="SIGKILL to the process group (driver, Spark JVM, Python workers); started again "
+                   "on the same data_dir" + (f" with {', '.join(restart)}" if restart else ""),
+            killed_at_s=round(killed_at[0], 2) if killed_at else None,
+            received_before_restart=received_before, restart_s=round(restart_s, 1))
+        self.say(f"lakegate: kill at {rate:,.0f} msg/s: {out['acknowledged']} acknowledged, "
+                 f"{out['lost_acknowledged']} lost, {out['duplicates']} duplicates")
+        return out
+
+    async def _glue_kill(self, glue: "_Glue", port: int, label: str, rate: float) -> dict:
+        o = self.o
+        self.say(f"glue: kill test at {rate:,.0f} msg/s, SIGKILL after {o.kill_seconds / 2:g} s ...")
+        kp = self.phase(label, rate, o.kill_seconds)
+        await kp.connect("127.0.0.1", port)
+        timing: dict[str, Any] = {}
+
+        async def kill_and_restart() -> None:
+            timing["killed_at_s"] = round(time.perf_counter() - kp.t0, 2)
+            st = glue.status()  # written every 0.25 s: about where it was
+            timing["glue_received_accepted_before_kill"] = [st.get("received"), st.get("accepted")]
+            glue.kill()
+            t = time.perf_counter()
+            glue.start()
+            await _await(glue.ready, 60, poll=0.02)
+            timing["restart_s"] = round(time.perf_counter() - t, 2)
+
+        await kp.publish(hooks=[(o.kill_seconds / 2, kill_and_restart)], ack_timeout=30)
+        kp.close()
+        t_end = time.perf_counter()
+        recovered = await _settle(kp, self.rx, glue.idle, min(60.0, o.recovery_timeout))
+        out = self._kill_result(kp, self.rx, recovered, t_end,
+                                signal="SIGKILL to the glue process; started again at once (same client id)",
+                                **timing)
+        self.say(f"glue: kill at {rate:,.0f} msg/s: {out['acknowledged']} acknowledged, "
+                 f"{out['lost_acknowledged']} lost, {out['duplicates']} duplicates")
+        return out
+
+    def overload_rate(self, out: dict) -> float | None:
+        """The rate of the overload kill test: --overload-rate, else the glue's
+        first step that did not hold (its highest step if all held)."""
+        if self.o.overload_rate:
+            return float(self.o.overload_rate)
+        for side in ("glue", "lakegate"):
+            steps = ((out.get(side) or {}).get("sustained") or {}).get("steps") or []
+            if steps:
+                failed = [st["offered_rate"] for st in steps if not st["sustained"]]
+                return float(failed[0] if failed else steps[-1]["offered_rate"])
+        return None
+
+    # -- lakegate
+    async def lakegate(self, out: dict) -> dict:
+        o = self.o
+        data_dir = self.tmp / "lakegate-data"
+        lg = _Lakegate(self.args, data_dir, self.tmp / "lakegate-run.log")
+        capture = ["edge.ack_after=capture"]  # phase 1 measures the default mode, whatever the config says
+        cfg = lg.config(capture)
+        result: dict = {"config": {
+            "partitions": cfg.capture.partitions, "max_records_per_trigger": cfg.job.max_records_per_trigger,
+            "trigger_interval_s": cfg.job.trigger_interval_s, "spark_master": cfg.spark.master,
+            "cores": os.cpu_count(), "shuffle_partitions": cfg.spark.shuffle_partitions,
+            "fsync_interval_ms": cfg.capture.fsync_interval_ms, "fsync_records": cfg.capture.fsync_records,
+            "tables_engine": cfg.tables.engine, "ack_after": cfg.edge.ack_after,
+            "amqp_url": mask_secret("amqp.url", cfg.amqp.url), "address_template": cfg.amqp.address_template,
+        }}
+        job = _JobProbe(cfg, o.min_batches)
+
+        def drained() -> bool:
+            return job.drained()
+
+        try:
+            self.say(f"lakegate: starting lakegate run (data in {data_dir}) ...")
+            t_start = time.monotonic()
+            result["edge_up_s"] = round(lg.start(capture, o.startup_timeout), 1)
+            if not await _await(lambda: job.backlog() is not None, o.startup_timeout):
+                raise RuntimeError(f"the job committed no batch within {o.startup_timeout:.0f}s: {lg.tail()}")
+            result["job_ready_s"] = round(time.monotonic() - t_start, 1)
+            result["config"]["tables_engine_used"] = _engine_from_log(lg.log_path)
+            self.say(f"lakegate: edge on 127.0.0.1:{lg.port}; latency at {o.rate} msg/s ...")
+            _ph, result["latency"] = await self._latency(lg.port, "lg-lat", True, lg.cpu)
+            self.say(f"lakegate: sustained rate, steps of {o.step_seconds:g} s ...")
+
+            def job_probe(_ph: Phase) -> _Probe:
+                job.reset()
+                return job
+
+            result["sustained"] = await self._steps(lg.port, "lg", job_probe, lg.cpu)
+            over = self.overload_rate(out) if o.overload_kill else None
+            if over:
+                result["kill_overload"] = await self._lakegate_kill(lg, "lg-kill-over", over, capture, drained)
+                await _await(drained, 120)
+            result["kill"] = await self._lakegate_kill(lg, "lg-kill", o.rate, ["edge.ack_after=forward"], drained)
+            await _await(drained, 120)
+            self.say(f"lakegate: ack_after=forward, latency at {o.rate} msg/s ...")
+            # no warm-up: the recovery after the kill already ran the restarted job's forwarding
+            _ph, result["ack_after_forward"] = await self._latency(lg.port, "lg-fwd", False, lg.cpu)
+        finally:
+            lg.stop()
+        return result
+
+    # -- glue
+    async def glue(self) -> dict:
+        o = self.o
+        mosq = None
+        glue: _Glue | None = None
+        result: dict = {"config": {
+            "mosquitto": "private instance, persistence false (never killed), max_inflight_messages 0, "
+                         "max_queued_messages 0 (no limits: Mosquitto drops nothing)",
+            "subscriber": "paho-mqtt 2, MQTT 3.1.1, QoS 1, clean_session=False (persistent session), "
+                          "automatic PUBACK when on_message returns",
+            "mode": o.glue_mode,
+            "forwarder": ("on_message hands the message to a proton Container thread (queue + "
+                          "EventInjector), which sends it as far as link credit goes and counts "
+                          "dispositions; the PUBACK to Mosquitto does not wait for them"
+                          if o.glue_mode == "async" else
+                          "on_message sends over a proton BlockingConnection and waits until the peer "
+                          "settled the message; paho acknowledges after that"),
+        }}
+        try:
+            mosq, mport = start_mosquitto(self.tmp)
+            glue = _Glue(self.tmp, mport, f"{self.prefix}/#", self.config.amqp, o.glue_mode,
+                         f"{self.prefix}-glue")
+            glue.start()
+            t0 = time.perf_counter()
+            if not await _await(glue.ready, 60):
+                raise RuntimeError(f"the glue did not subscribe and connect within 60 s; see {glue.log_path}")
+            result["startup_s"] = round(time.perf_counter() - t0, 2)
+
+            def cpu() -> float:
+                return glue.cpu() + (_cpu_seconds(mosq.pid) or 0.0)
+
+            self.say(f"glue: Mosquitto on 127.0.0.1:{mport}; latency at {o.rate} msg/s ...")
+            _ph, result["latency"] = await self._latency(mport, "glue-lat", True, cpu)
+
+            self.say(f"glue: sustained rate, steps of {o.step_seconds:g} s ...")
+            result["sustained"] = await self._steps(mport, "glue", lambda ph: _GlueProbe(ph, glue), cpu)
+            result["kill"] = await self._glue_kill(glue, mport, "glue-kill", o.rate)
+            over = self.overload_rate({"glue": result}) if o.overload_kill else None
+            if over:
+                result["kill_overload"] = await self._glue_kill(glue, mport, "glue-kill-over", over)
+        finally:
+            if glue is not None:
+                glue.stop()
+            _stop(mosq)
+        return result
+
+    async def main(self) -> dict:
+        o = self.o
+        out: dict = {
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+            "protocol": "3.1.1", "qos": 1, "connections": o.connections, "payload_bytes": o.payload_bytes,
+            "window": o.window, "offered_rate": o.rate, "latency_seconds": o.latency_seconds,
+            "step_seconds": o.step_seconds, "kill_seconds": o.kill_seconds, "quick": bool(o.quick),
+            "topic_prefix": self.prefix,
+        }
+        binding = f"{self.prefix}.c.#"
+        self.rx = _Receiver(self.config.amqp, binding)
+        t0 = time.monotonic()
+        try:
+            if o.only in (None, "glue"):
+                t = time.monotonic()
+                out["glue"] = await self.glue()
+                out["glue"]["seconds"] = round(time.monotonic() - t, 1)
+            if o.only in (None, "lakegate"):
+                t = time.monotonic()
+                out["lakegate"] = await self.lakegate(out)
+                out["lakegate"]["seconds"] = round(time.monotonic() - t, 1)
+        finally:
+            self.rx.close()
+            out["consumer_queue"] = _delete_queue(binding)
+        out["seconds"] = round(time.monotonic() - t0, 1)
+        out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        _compare(out)
+        return out
+
+
+def _engine_from_log(path: Path) -> str | None:
+    try:
+        for line in path.read_text(errors="replace").splitlines():
+            if "tables: engine=" in line:
+                return line.split("tables: engine=", 1)[1].split()[0]
+    except OSError:
+        pass
+    return None
+
+
+def _compare(out: dict) -> None:
+    lg, gl = out.get("lakegate"), out.get("glue")
+    if "lakegate" in out and "latency" in lg and "ack_after_forward" in lg:
+        cap, fwd = lg["latency"].get("puback_ms"), lg["ack_after_forward"].get("puback_ms")
+        if cap and fwd:
+            out["ack_modes"] = {"rate": out["offered_rate"], "capture_puback_ms": cap, "forward_puback_ms": fwd,
+                                "difference_ms": {q: round(fwd[q] - cap[q], 2) for q in ("p50", "p99")}}
+    if not (lg and gl):
+        return
+    ratio: dict[str, float | None] = {}
+    le, ge = (lg.get("latency") or {}).get("e2e_ms"), (gl.get("latency") or {}).get("e2e_ms")
+    if le and ge:
+        for q in ("p50", "p95", "p99"):
+            ratio[f"e2e_{q}_lakegate_to_glue"] = round(le[q] / ge[q], 2) if ge[q] else None
+    lr = (lg.get("sustained") or {}).get("max_sustained_rate")
+    gr = (gl.get("sustained") or {}).get("max_sustained_rate")
+    ratio["sustained_rate_lakegate_to_glue"] = round(lr / gr, 2) if lr and gr else None
+    out["ratios"] = ratio
+
+
+# ---------------------------------------------------------------- command
+def run(args: argparse.Namespace, config: Config) -> int:
+    from bridge.cli import UsageError
+
+    o = _opts(args)
+    if min(o.connections, o.window, o.rate, o.start_rate, o.max_steps) < 1 or o.payload_bytes < 8:
+        raise UsageError("--connections, --window, the rates and --max-steps must be positive, "
+                         "--payload-bytes at least 8")
+    if o.step_factor <= 1:
+        raise UsageError("--step-factor must be more than 1")
+    if not config.amqp.url:
+        raise UsageError("bench e2e: amqp.url is empty (forwarding off); set it with --set amqp.url=...")
+    if config.amqp.address_template != "/topic/{routing_key}":
+        raise UsageError("bench e2e: the consumer needs amqp.address_template = \"/topic/{routing_key}\" "
+                         "(RabbitMQ's amq.topic)")
+    tmp = Path(tempfile.mkdtemp(prefix="lakegate-bench-e2e-"))
+    try:
+        result = asyncio.run(_Bench(args, config, tmp).main())
+    finally:
+        if args.keep:
+            print(f"bench e2e: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    lg = result.get("lakegate")
+    ok = lg is None or (lg.get("kill", {}).get("lost_acknowledged") == 0
+                        and lg["latency"].get("lost_acknowledged") == 0)
+    return 0 if ok else 1
+
+
+def _fmt_lat(d: dict | None, qs=("p50", "p95", "p99")) -> str:
+    return " / ".join(f"{d[q]:,.1f}" for q in qs) if d else "-"
+
+
+def _last_held(side: dict, key: str) -> Any:
+    held = [st for st in side["sustained"]["steps"] if st["sustained"]]
+    return held[-1][key] if held else None
+
+
+def _print(r: dict) -> None:
+    print(f"bench e2e ({r['date']}, {r['cpus']} CPUs, load {r['loadavg_start'][0]}): MQTT {r['protocol']} QoS 1, "
+          f"{r['connections']} connections, {r['payload_bytes']}-byte payloads, offered {r['offered_rate']} msg/s")
+    sides = [s for s in ("lakegate", "glue") if s in r]
+    w = 22
+    print(f"{'':38}" + "".join(f"{s:>{w}}" for s in sides))
+
+    def row(name: str, get: Callable[[dict], str]) -> None:
+        vals = []
+        for s in sides:
+            try:
+                vals.append(get(r[s]))
+            except (KeyError, TypeError):
+                vals.append("-")
+        print(f"{name:38}" + "".join(f"{v:>{w}}" for v in vals))
+
+    row("publish->AMQP p50/p95/p99 (ms)", lambda d: _fmt_lat(d["latency"]["e2e_ms"]))
+    row("PUBACK p50/p99 (ms)", lambda d: _fmt_lat(d["latency"]["puback_ms"], ("p50", "p99")))
+    row("received / acknowledged", lambda d: f"{d['latency']['received']} / {d['latency']['acknowledged']}")
+    row("highest sustained rate (msg/s)",
+        lambda d: f"{d['sustained']['max_sustained_rate'] or 0:,.0f}"
+        + (f" (<{d['sustained']['lowest_failed_rate']:,.0f})" if d["sustained"]["lowest_failed_rate"] else ""))
+    row("job rows/s while busy, last step held", lambda d: f"{_last_held(d, 'job_rows_per_busy_s'):,.0f}")
+    for key, what in (("kill", "kill"), ("kill_overload", "kill overloaded")):
+        if not any(key in r[s] for s in sides):
+            continue
+        rate = next(r[s][key]["offered_rate"] for s in sides if key in r[s])
+        row(f"{what} at {rate:,.0f}/s: acked / lost / dup",
+            lambda d, k=key: f"{d[k]['acknowledged']} / {d[k]['lost_acknowledged']} / {d[k]['duplicates']}")
+        row(f"{what}: restart (s)", lambda d, k=key: f"{d[k]['restart_s']}")
+    for s in sides:
+        steps = r[s]["sustained"]["steps"] if "sustained" in r[s] else []
+        print(f"{s} steps: " + ", ".join(
+            f"{st['offered_rate']:,.0f} {'ok' if st['sustained'] else 'no'} (slope {st['backlog_slope_per_s']}/s)"
+            for st in steps))
+    if "lakegate" in r:
+        c = r["lakegate"]["config"]
+        print(f"lakegate config: {c['partitions']} partitions, maxRecordsPerTrigger {c['max_records_per_trigger']}, "
+              f"trigger {c['trigger_interval_s']} s, {c['spark_master']} on {c['cores']} cores, "
+              f"fsync {c['fsync_interval_ms']} ms, tables {c.get('tables_engine_used') or c['tables_engine']}")
+    if "glue" in r:
+        print(f"glue: {r['glue']['config']['forwarder']}")
+    if "ack_modes" in r:
+        a = r["ack_modes"]
+        print(f"PUBACK at {a['rate']} msg/s: ack_after=capture p50 {a['capture_puback_ms']['p50']:.1f} ms, "
+              f"p99 {a['capture_puback_ms']['p99']:.1f} ms; ack_after=forward p50 "
+              f"{a['forward_puback_ms']['p50']:.1f} ms, p99 {a['forward_puback_ms']['p99']:.1f} ms")
+    if "ratios" in r:
+        print("ratios lakegate/glue: " + ", ".join(f"{k} {v}" for k, v in r["ratios"].items()))
+    print(f"{r['seconds']} s; {r['consumer_queue']}")
