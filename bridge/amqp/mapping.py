@@ -370,32 +370,25 @@ class Outgoing:
         return self.message is None and self.tail is None
 
 
+#: How a value lands in a header field or a property: (section, name) -> setter.
+_SETTERS: dict[tuple[str, str], Callable[[Message, Any], None]] = {
+    (HEADER, "durable"): lambda m, v: setattr(m, "durable", bool(v)),
+    (HEADER, "delivery-count"): lambda m, v: setattr(m, "delivery_count", int(v)),
+    (HEADER, "ttl"): lambda m, v: set_ttl(m, int(v)),
+    (PROPERTIES, "subject"): lambda m, v: setattr(m, "subject", v),
+    (PROPERTIES, "message-id"): lambda m, v: setattr(m, "id", v),
+    (PROPERTIES, "to"): lambda m, v: setattr(m, "address", v),
+    (PROPERTIES, "content-type"): lambda m, v: setattr(m, "content_type", v),
+    (PROPERTIES, "correlation-id"): lambda m, v: setattr(m, "correlation_id", v),
+    (PROPERTIES, "reply-to"): lambda m, v: setattr(m, "reply_to", v),
+}
+
+
 def _apply(msg: Message, rule: Rule, value: Any, ann: dict, props: dict) -> None:
     s, n = rule.section, rule.name
-    if s == HEADER:
-        if n == "durable":
-            msg.durable = bool(value)
-        elif n == "delivery-count":
-            msg.delivery_count = int(value)
-        elif n == "ttl":
-            set_ttl(msg, int(value))
-        else:  # pragma: no cover - a table error
-            raise MappingError(f"unknown header field {n!r}")
-    elif s == PROPERTIES:
-        if n == "subject":
-            msg.subject = value
-        elif n == "message-id":
-            msg.id = value
-        elif n == "to":
-            msg.address = value
-        elif n == "content-type":
-            msg.content_type = value
-        elif n == "correlation-id":
-            msg.correlation_id = value
-        elif n == "reply-to":
-            msg.reply_to = value
-        else:  # pragma: no cover - a table error
-            raise MappingError(f"unknown property {n!r}")
+    setter = _SETTERS.get((s, n))
+    if setter is not None:
+        setter(msg, value)
     elif s == ANNOTATIONS:
         ann[symbol(n)] = value
     elif s == APP_PROPERTIES:
@@ -407,7 +400,7 @@ def _apply(msg: Message, rule: Rule, value: Any, ann: dict, props: dict) -> None
         msg.body = value
         msg.inferred = True  # bytes -> one Data section, not amqp-value
     else:  # pragma: no cover - a table error
-        raise MappingError(f"unknown section {s!r}")
+        raise MappingError(f"no way to set {s} field {n!r}")
 
 
 def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: float) -> tuple[Outgoing, tuple[Rule, ...]]:

@@ -126,13 +126,15 @@ class LogReader:
         return scan_records(data, HEADER_SIZE, len(data), bases[-1]).next_offset
 
     # ------------------------------------------------------------- reading
-    def _iter_fields(self, p: int, start: int, end: int) -> Iterator[tuple[mmap.mmap, RecordFields]]:
-        """(buffer, fields) of each record with start <= offset < end. The
-        buffer is valid only until the next item."""
+    def _locate(self, p: int, start: int, end: int) -> tuple[Path, list[int], int] | None:
+        """(partition dir, segment bases, index of the segment holding
+        ``start``) for reading [start, end) of partition ``p``; None when the
+        range is empty. Raises for a bad partition or a range outside the
+        retained, durable records."""
         if not 0 <= p < self.partitions:
             raise ValueError(f"capture log has partitions 0-{self.partitions - 1}, not {p}")
         if start >= end:
-            return
+            return None
         # The durable end first: every segment holding offsets below it exists
         # by then (a roll creates the segment before its records are durable).
         durable = self.durable_offsets()[p]
@@ -140,7 +142,15 @@ class LogReader:
         bases = list_segments(pdir)
         if not bases or start < bases[0] or end > durable:
             raise OffsetOutOfRangeError(p, start, end, bases[0] if bases else 0, durable)
-        i = bisect.bisect_right(bases, start) - 1
+        return pdir, bases, bisect.bisect_right(bases, start) - 1
+
+    def _iter_fields(self, p: int, start: int, end: int) -> Iterator[tuple[mmap.mmap, RecordFields]]:
+        """(buffer, fields) of each record with start <= offset < end. The
+        buffer is valid only until the next item."""
+        located = self._locate(p, start, end)
+        if located is None:
+            return
+        pdir, bases, i = located
         want = start
         nxt = bases[i]
         while want < end:
@@ -222,18 +232,10 @@ class LogReader:
                 batch_bytes: int) -> Iterator[tuple[bytes, list[int], int]]:
         """(chunk bytes, positions in the chunk of records with offsets
         first.., first) for [start, end); sizes and CRCs checked."""
-        if not 0 <= p < self.partitions:
-            raise ValueError(f"capture log has partitions 0-{self.partitions - 1}, not {p}")
-        if start >= end:
+        located = self._locate(p, start, end)
+        if located is None:
             return
-        # The durable end first: every segment holding offsets below it exists
-        # by then (a roll creates the segment before its records are durable).
-        durable = self.durable_offsets()[p]
-        pdir = partition_dir(self.root, p)
-        bases = list_segments(pdir)
-        if not bases or start < bases[0] or end > durable:
-            raise OffsetOutOfRangeError(p, start, end, bases[0] if bases else 0, durable)
-        i = bisect.bisect_right(bases, start) - 1
+        pdir, bases, i = located
         want = start
         unpack = _HEAD3.unpack_from
         crc32 = zlib.crc32

@@ -233,3 +233,12 @@ def test_every_table_rule_and_only_those_make_the_message(profile):
 def test_readme_mapping_table_is_generated_from_the_rules(profile):
     readme = (ROOT / "README.md").read_text()
     assert mapping_table_markdown(profile) in readme
+
+
+def test_every_header_and_property_rule_of_every_profile_has_a_setter():
+    from bridge.amqp.mapping import _SETTERS, HEADER, PROFILES, PROPERTIES
+
+    for name, prof in PROFILES.items():
+        for rule in (*prof.publish, *prof.pubrel):
+            if rule.section in (HEADER, PROPERTIES):
+                assert (rule.section, rule.name) in _SETTERS, (name, rule.section, rule.name)
