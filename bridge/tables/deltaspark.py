@@ -1,5 +1,5 @@
 """The delta-spark engine: used when delta-spark's JVM classes are on the
-classpath (e.g. ``spark-submit --packages io.delta:delta-spark_2.13:4.x``
+classpath (e.g. ``spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.1``
 with ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
 ``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``).
 

@@ -3,7 +3,7 @@
 * ``delta-rs`` (``deltalake``, the embedded default): writes and reads Delta
   from Python with no JVM jars; Spark reads the snapshot's Parquet files.
 * ``delta-spark``: used when delta-spark's JVM classes are on the classpath
-  (a cluster started with ``--packages io.delta:delta-spark_2.13:4.x``):
+  (a cluster started with ``--packages io.delta:delta-spark_4.2_2.13:4.4.1``):
   ``spark.read.format("delta")`` and ``MERGE INTO``.
 
 Both give the same semantics: appends and the retained MERGE record the
