@@ -112,12 +112,20 @@ def _forward_arrow(batches: Iterator[Any], amqp: AmqpConfig, data_dir: str | Non
     yield pa.RecordBatch.from_pylist([out], schema=to_arrow(COUNTS_DDL))
 
 
-def forward_batch(df: Any, batch_id: int, config: Config) -> "ForwardResult":
+def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = False) -> "ForwardResult":
     """Forward one micro-batch of FORWARD_DDL rows; for ``foreachBatch``.
 
     Called once per micro-batch, on the driver. ``amqp.url`` empty: does
     nothing. Returns the summed counts (also logged); raises when a task
     failed (the error names the address and the outcome).
+
+    ``aligned``: the caller knows that each Spark partition of ``df`` holds
+    all the rows of one capture partition in offset order (the stream's
+    plan: one offset range per capture partition, narrow steps after it;
+    see :func:`bridge.job.batch.partitions_aligned`). Then the rows are
+    forwarded where they are, with no shuffle: one Spark stage instead of
+    two, which is most of a small batch's forwarding time. Otherwise they
+    are repartitioned by capture partition and sorted by offset first.
     """
     from bridge.amqp.sender import ForwardResult
 
@@ -125,8 +133,11 @@ def forward_batch(df: Any, batch_id: int, config: Config) -> "ForwardResult":
     if not config.amqp.url:
         log.debug("AMQP forwarding off (amqp.url is empty); batch %s not forwarded", batch_id)
         return total
-    n = max(1, int(config.capture.partitions))
-    ordered = df.repartition(n, "partition").sortWithinPartitions("partition", "offset")
+    if aligned:
+        ordered = df
+    else:
+        n = max(1, int(config.capture.partitions))
+        ordered = df.repartition(n, "partition").sortWithinPartitions("partition", "offset")
     fn = functools.partial(_forward_arrow, amqp=config.amqp, data_dir=str(config.data_path))
     tasks = ordered.mapInArrow(fn, COUNTS_DDL).collect()
     for t in tasks:

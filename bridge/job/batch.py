@@ -34,7 +34,7 @@ from bridge.tables.writer import TableStats, write_tables
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "query_id_from_checkpoint", "select_forward"]
+__all__ = ["BatchStats", "BatchStep", "partitions_aligned", "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,22 @@ def _forwardable(table) -> int:
     return int(pc.sum(pc.and_(ok, pc.or_(pub, rel))).as_py() or 0)
 
 
+def partitions_aligned(frames: "DataFrame", table) -> bool:
+    """True when every Spark partition of the micro-batch ``frames`` holds
+    all the rows of one capture partition, in offset order.
+
+    The source plans one offset range per capture partition (split only
+    beyond ``SPLIT_RECORDS``) and everything up to foreachBatch is narrow, so
+    that holds exactly when there are as many Spark partitions as capture
+    partitions with rows in ``table`` (the batch, collected); a split range
+    makes more. Forwarding can then skip its repartition."""
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return False
+    return frames.rdd.getNumPartitions() == len(pc.unique(table["partition"]))
+
+
 class BatchStep:
     """foreachBatch function object (driver only; see module doc)."""
 
@@ -144,7 +160,8 @@ class BatchStep:
                     # bridge.amqp.sink.forward_batch -> ForwardResult; a batch with
                     # nothing to forward starts no Spark job for it.
                     if _forwardable(table):
-                        fwd = self.forward(select_forward(frames), batch_id)
+                        aligned = partitions_aligned(frames, table)
+                        fwd = self.forward(select_forward(frames), batch_id, aligned=aligned)
                         counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
                     else:
                         counts = {}

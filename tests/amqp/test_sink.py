@@ -70,3 +70,38 @@ def test_refused_address_fails_the_batch_with_the_address(spark, rabbitmq, tmp_p
     assert ("ForwardError: AMQP peer refused the qos01 link to address "
             "'/exchange/lakegate-sink-missing/dev.1': amqp:not-found") in str(err.value)
     assert ForwardedOffsets(tmp_path).get(0) == -1  # nothing recorded for a failed task
+
+
+def test_aligned_batch_from_the_source_is_forwarded_without_a_shuffle_in_capture_order(
+        spark, consumer, rabbitmq, tmp_path):
+    """The job's path: capture log -> source -> parse -> select_forward, whose
+    Spark partitions are whole capture partitions, forwarded as they are."""
+    from bridge.job.batch import partitions_aligned, select_forward
+    from bridge.job.pipeline import frame_rows
+    from bridge.spark.source import register
+    from tests.capture.util import open_log
+    from tests.job.frames import append_publish
+
+    topic = consumer.topic("aligned")
+    with open_log(tmp_path / "capture", partitions=2) as log:
+        for i in range(240):
+            append_publish(log, f"edge:{i % 6}", topic, b"%d" % i, qos=1, packet_id=1 + i)
+    register(spark)
+    rows = frame_rows(spark.read.format("lakegate").load(str(tmp_path / "capture")))
+    table = rows.toArrow()
+    assert partitions_aligned(rows, table)
+    sc = spark.sparkContext
+    sc.setJobGroup("lg-aligned", "aligned forwarding")
+    try:
+        total = forward_batch(select_forward(rows), 4, config(rabbitmq, tmp_path), aligned=True)
+    finally:
+        sc.setJobGroup("", "")
+    tracker = sc.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup("lg-aligned")]
+    assert [len(j.stageIds) for j in jobs] == [1]  # one stage: no shuffle before forwarding
+    assert (total.rows, total.accepted) == (240, 240)
+    msgs = consumer.wait(topic, 240)
+    for p in (0, 1):
+        offsets = [int(m.properties[ID_PROPERTY].rsplit("/", 1)[1]) for m in msgs
+                   if m.properties[ID_PROPERTY].startswith(f"mqtt-frames/{p}/")]
+        assert offsets == sorted(offsets) and offsets  # capture order per partition
