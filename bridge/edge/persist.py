@@ -25,6 +25,17 @@ start the edge loads the snapshot and replays the capture log from its
 offsets (from the start of the log when there is none).
 
 No extra fsync is on the acknowledgement path: the capture log is the journal.
+
+**Wills a crash left owed.** The same log says which Wills are still owed
+when the edge dies: a connection's accepted CONNECT carries its Will; a
+DISCONNECT with reason 0x00 drops it; a record with origin ``will`` means it
+was captured; a later CONNECT with the same Client Identifier ends it (the
+edge captured it then, or the new connection cancelled a delayed one). A
+Will left over -- its connection was open when the edge died, or its Will
+Delay Interval was still running -- is owed: the snapshot carries the owed
+Wills too, and :func:`recover` returns them. The edge then captures each
+after its delay counted from the restart (0: at once), unless the client
+connects again first, exactly as for a connection that has just been lost.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import time
 from pathlib import Path
 
 from bridge.capture.errors import OffsetOutOfRangeError
+from bridge.edge.session import WillMessage, will_publish
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry, SessionStore
 from bridge.mqtt import Connect, Disconnect, MqttError, Publish
 from bridge.mqtt.codec import decode_packet
@@ -55,10 +67,13 @@ class Snapshot:
     """Persistent sessions and the capture offsets (per partition, the next
     offset) below which every record is reflected in them."""
 
-    def __init__(self, store: SessionStore, offsets: list[int] | None, stream: str = "") -> None:
+    def __init__(self, store: SessionStore, offsets: list[int] | None, stream: str = "",
+                 wills: dict[str, WillMessage] | None = None) -> None:
         self.store = store
         self.offsets = offsets
         self.stream = stream
+        #: Wills owed at the snapshot, by Client Identifier.
+        self.wills: dict[str, WillMessage] = {} if wills is None else wills
 
 
 def snapshot_path(state_dir: str | os.PathLike[str]) -> Path:
@@ -77,24 +92,27 @@ def load_snapshot(state_dir: str | os.PathLike[str]) -> Snapshot:
         doc = json.loads(text)
         if doc.get("format") != FORMAT:
             raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+        wills = {cid: WillMessage.from_json(w) for cid, w in doc.get("wills", {}).items()}
         return Snapshot(SessionStore.from_json(doc["sessions"]), [int(o) for o in doc["offsets"]],
-                        doc.get("stream", ""))
+                        doc.get("stream", ""), wills)
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"edge session snapshot {path} cannot be read ({exc}); move it away to "
                          "recover the sessions from the whole capture log") from None
 
 
 def write_snapshot(state_dir: str | os.PathLike[str], sessions: dict, offsets: list[int],
-                   stream: str) -> Path:
+                   stream: str, wills: dict | None = None) -> Path:
     """Write the snapshot atomically (temporary file, fsync, rename, fsync of
     the directory). The caller guarantees every record below ``offsets`` is
-    durable before calling (see the module docstring)."""
+    durable before calling (see the module docstring). ``sessions`` is
+    ``SessionStore.to_json()``, ``wills`` the owed Wills as
+    ``{client_id: WillMessage.to_json()}``."""
     d = Path(state_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / SNAPSHOT_NAME
     tmp = d / f".{SNAPSHOT_NAME}.{os.getpid()}.tmp"
     doc = {"format": FORMAT, "stream": stream, "offsets": list(offsets),
-           "written_at": time.time(), "sessions": sessions}
+           "written_at": time.time(), "sessions": sessions, "wills": wills or {}}
     with open(tmp, "w") as fh:
         json.dump(doc, fh, separators=(",", ":"))
         fh.flush()
@@ -116,11 +134,13 @@ def _headers(record) -> dict[str, bytes]:
 
 
 def replay(reader, store: SessionStore, start: list[int], end: list[int],
-           now_wall: float | None = None) -> int:
+           now_wall: float | None = None, wills: dict[str, WillMessage] | None = None) -> int:
     """Apply the capture records in ``[start, end)`` (per partition, in
-    capture-sequence order across partitions) to ``store``; returns how many
+    capture-sequence order across partitions) to ``store`` and, when given,
+    to the owed ``wills`` (see the module docstring); returns how many
     records were read. Sessions still connected when the log ends are closed
-    (the connection died with the edge): clean ones are dropped."""
+    (the connection died with the edge): clean ones are dropped; their Wills
+    stay owed."""
     now_wall = time.time() if now_wall is None else now_wall
     live: dict[str, ClientSession] = {cid: s for cid, s in store.sessions.items()
                                       if s.disconnected_at is None}
@@ -146,13 +166,25 @@ def replay(reader, store: SessionStore, start: list[int], end: list[int],
         if ptype not in (1, 3, 6, 14):
             continue
         if ptype == 3 and (v[0] >> 1) & 3 != 2:
+            # QoS 0/1 PUBLISH: only a captured Will matters, and only when one is owed
+            if wills and r.key.decode("utf-8", "replace") in wills:
+                h = _headers(r)
+                if h.get("origin") == b"will" and "reject" not in h:
+                    del wills[r.key.decode("utf-8", "replace")]
             continue
         h = _headers(r)
-        if "reject" in h or h.get("origin", b"client") != b"client":
+        if "reject" in h:
             continue
         cid = r.key.decode("utf-8", "replace")
+        origin = h.get("origin", b"client")
+        if origin == b"will":
+            if wills is not None:
+                wills.pop(cid, None)
+            continue
+        if origin != b"client":
+            continue
         try:
-            _apply(store, live, cid, v, ptype, h, r, now_wall)
+            _apply(store, live, cid, v, ptype, h, r, now_wall, wills)
         except (MqttError, ValueError) as exc:  # not expected: the edge captured it as valid
             log.warning("edge session recovery: partition %d offset %d: %s", r.partition,
                         r.offset, exc)
@@ -162,8 +194,12 @@ def replay(reader, store: SessionStore, start: list[int], end: list[int],
     return count
 
 
+#: Capture headers of a CONNECT that its Will's record repeats (then origin ``will``).
+_WILL_HEADERS = ("conn_id", "proto", "remote", "username")
+
+
 def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: dict, r,
-           now_wall: float) -> None:
+           now_wall: float, wills: dict[str, WillMessage] | None = None) -> None:
     if ptype == 1:
         p, _ = decode_packet(v, None)
         if not isinstance(p, Connect):
@@ -174,11 +210,28 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
             expiry = 0 if p.clean_start else NEVER_EXPIRES
         s, _present = store.open(cid, p.clean_start, expiry, r.timestamp_us / 1e6)
         live[cid] = s
+        if wills is not None:
+            wills.pop(cid, None)  # a new connection ends the previous one's Will [MQTT-3.1.3-9]
+            if p.will is not None:
+                frame, delay = will_publish(p, expiry)
+                headers = [(k, h[k]) for k in _WILL_HEADERS if k in h] + [("origin", b"will")]
+                wills[cid] = WillMessage(cid, r.key, h.get("conn_id", b"").decode(), frame,
+                                         headers, delay)
         return
+    level = int(h.get("proto", b"4"))
+    if ptype == 14 and wills is not None and cid in wills:
+        p, _ = decode_packet(v, level)
+        if isinstance(p, Disconnect):
+            expiry = p.properties.session_expiry_interval
+            if p.reason_code == 0:
+                del wills[cid]  # [MQTT-3.1.2-10]
+            elif expiry is not None:
+                # the delay ends with the session (MQTT 5.0 3.1.3.2.2): exact when the
+                # interval shrinks, early at worst when it grows past the Will Delay
+                wills[cid].delay_s = min(wills[cid].delay_s, expiry)
     s = live.get(cid)
     if s is None:
         return
-    level = int(h.get("proto", b"4"))
     if ptype == 3:
         if h.get("dup") == b"1":
             return
@@ -198,9 +251,10 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
 
 
 def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: str
-            ) -> tuple[SessionStore, int]:
-    """The persistent sessions after a (re)start: the snapshot plus the
-    capture log from its offsets to ``end``. Returns (store, records replayed)."""
+            ) -> tuple[SessionStore, dict[str, WillMessage], int]:
+    """The persistent sessions and the owed Wills after a (re)start: the
+    snapshot plus the capture log from its offsets to ``end``. Returns
+    (store, owed Wills by Client Identifier, records replayed)."""
     snap = load_snapshot(state_dir)
     start = snap.offsets
     if start is None or len(start) != len(end) or (snap.stream and snap.stream != stream):
@@ -211,8 +265,8 @@ def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: s
         start = [0] * len(end)
     start = [min(s, e) for s, e in zip(start, end)]
     try:
-        n = replay(reader, snap.store, start, end)
+        n = replay(reader, snap.store, start, end, wills=snap.wills)
     except OffsetOutOfRangeError as exc:
         log.warning("edge session recovery stopped early: %s", exc)
         n = 0
-    return snap.store, n
+    return snap.store, snap.wills, n

@@ -297,12 +297,18 @@ class EdgeServer:
             self.log = await asyncio.to_thread(CaptureLog.open, cfg.capture_dir, cfg.capture)
         t0 = time.monotonic()
         end = self.log.next_offsets()
-        self.store, replayed = await asyncio.to_thread(
+        self.store, owed_wills, replayed = await asyncio.to_thread(
             recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream)
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "
-                 "%d capture records replayed in %.2f s", len(self.store),
-                 sum(len(s.qos2) for s in self.store.sessions.values()), replayed,
+                 "%d Wills owed, %d capture records replayed in %.2f s", len(self.store),
+                 sum(len(s.qos2) for s in self.store.sessions.values()), len(owed_wills), replayed,
                  time.monotonic() - t0)
+        # Wills the last run owed when it died: as for connections lost just now
+        for w in owed_wills.values():
+            log.info("%s client=%s: will owed from before the restart (%d bytes), captured %s",
+                     w.conn_id, w.client_id, len(w.frame),
+                     "now" if w.delay_s <= 0 else f"in {w.delay_s} s unless the client connects")
+            self._will(w)
         if edge.ack_after == "forward":
             self.forward = ForwardWaiter(cfg.data_path, self.log.stream, self.log.partitions)
         loop = self.loop
@@ -590,10 +596,22 @@ class EdgeServer:
                 except Exception as exc:  # keep serving; the next snapshot retries
                     log.error("edge session snapshot failed: %s", exc)
 
+    def owed_wills(self) -> dict[str, dict]:
+        """The Wills a crash now would leave owed, as the snapshot stores
+        them: delayed Wills still pending, and the Will of every open
+        connection (see ``bridge.edge.persist``)."""
+        out = {cid: w.to_json() for cid, (_handle, w) in self.pending_wills.items()}
+        for conn in self.conns:
+            w = conn.session.owed_will() if conn.session is not None else None
+            if w is not None:
+                out[w.client_id] = w.to_json()
+        return out
+
     async def snapshot(self) -> None:
         """Write the persistent sessions with the capture offsets they reflect,
         once everything appended so far is durable."""
         doc = self.store.to_json()
+        wills = self.owed_wills()
         offsets = self.log.next_offsets()
         seq = self.log.next_seq
         state_dir = self.config.edge_state_dir
@@ -601,7 +619,7 @@ class EdgeServer:
 
         def work() -> None:
             self.log.flush()
-            write_snapshot(state_dir, doc, offsets, stream)
+            write_snapshot(state_dir, doc, offsets, stream, wills)
 
         await asyncio.to_thread(work)
         self._snapshot_seq = seq

@@ -52,6 +52,7 @@ for oversized and malformed-CONNECT frames.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import struct
 from typing import Union
@@ -84,6 +85,7 @@ __all__ = [
     "Send",
     "Session",
     "WillMessage",
+    "will_publish",
     "redact_password",
     "reject_record",
     "version_name",
@@ -254,6 +256,43 @@ class WillMessage:
         return f"WillMessage(client_id={self.client_id!r}, frame=<{len(self.frame)} bytes>, " \
                f"delay_s={self.delay_s})"
 
+    def to_json(self) -> dict:
+        return {"client_id": self.client_id, "key": base64.b64encode(self.key).decode(),
+                "conn_id": self.conn_id, "frame": base64.b64encode(self.frame).decode(),
+                "headers": [[k, base64.b64encode(v).decode()] for k, v in self.headers],
+                "delay_s": self.delay_s}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "WillMessage":
+        return cls(d["client_id"], base64.b64decode(d["key"]), d["conn_id"],
+                   base64.b64decode(d["frame"]),
+                   [(k, base64.b64decode(v)) for k, v in d["headers"]], int(d["delay_s"]))
+
+
+def will_publish(connect: Connect, expiry_s: int) -> tuple[bytes, int]:
+    """The Will of an accepted ``connect`` as the PUBLISH frame the edge
+    captures (at the connection's protocol level; Will Properties become
+    PUBLISH properties; a QoS 1/2 Will gets Packet Identifier 1) and its
+    delay in seconds (MQTT 5: the Will Delay Interval, at most the Session
+    Expiry Interval ``expiry_s``; 3.x: 0). Used by the session and by the
+    recovery of Wills a crash left owed (``bridge.edge.persist``)."""
+    w = connect.will
+    level = connect.protocol_level
+    delay = 0
+    props = Properties()
+    if level == 5:
+        wp = w.properties
+        props = Properties(
+            payload_format_indicator=wp.payload_format_indicator,
+            message_expiry_interval=wp.message_expiry_interval,
+            content_type=wp.content_type, response_topic=wp.response_topic,
+            correlation_data=wp.correlation_data, user_properties=wp.user_properties)
+        delay = min(wp.will_delay_interval or 0, expiry_s)
+    frame = encode(Publish(qos=w.qos, retain=w.retain, topic=w.topic,
+                           packet_id=1 if w.qos else None, properties=props,
+                           payload=w.payload), level)
+    return frame, delay
+
 
 Action = Union[Capture, Send, Close, Notice, ConnectRequest, WillMessage]
 
@@ -356,6 +395,7 @@ class Session:
         self.client: ClientSession | None = None
         self.session_present = False
         self.will = None
+        self._owed: tuple[int, WillMessage] | None = None
         self.close_reason: str | None = None
         #: MQTT 5 Maximum Packet Size the client accepts (None: no limit)
         self.client_max_packet: int | None = None
@@ -771,27 +811,23 @@ class Session:
         return actions
 
     # -------------------------------------------------------------- will
+    def owed_will(self) -> WillMessage | None:
+        """The Will this connection would leave if it ended now without a
+        normal DISCONNECT (None: it has none, or is not connected)."""
+        if self.will is None or self.state not in (CONNECTED, CLOSED) or self.client is None:
+            return None
+        cached = self._owed
+        if cached is None or cached[0] != self.expiry_s:  # snapshots ask every few seconds
+            frame, delay = will_publish(self._connect, self.expiry_s)  # self.will is the CONNECT's
+            cached = self._owed = (self.expiry_s, WillMessage(
+                self.client_id, self.key, self.conn_id, frame, self._base_headers(b"will"), delay))
+        return cached[1]
+
     def _will_into(self, actions: list[Action]) -> None:
-        w = self.will
-        if w is None or self.state not in (CONNECTED, CLOSED) or self.client is None:
-            return
-        self.will = None
-        level = self.level
-        delay = 0
-        props = Properties()
-        if level == 5:
-            wp = w.properties
-            props = Properties(
-                payload_format_indicator=wp.payload_format_indicator,
-                message_expiry_interval=wp.message_expiry_interval,
-                content_type=wp.content_type, response_topic=wp.response_topic,
-                correlation_data=wp.correlation_data, user_properties=wp.user_properties)
-            delay = min(wp.will_delay_interval or 0, self.expiry_s)
-        frame = encode(Publish(qos=w.qos, retain=w.retain, topic=w.topic,
-                               packet_id=1 if w.qos else None, properties=props,
-                               payload=w.payload), level)
-        actions.append(WillMessage(self.client_id, self.key, self.conn_id, frame,
-                                   self._base_headers(b"will"), delay))
+        w = self.owed_will()
+        if w is not None:
+            self.will = None
+            actions.append(w)
 
     # -------------------------------------------------------------- rejects
     def _base_headers(self, origin: bytes) -> list[tuple[str, bytes]]:

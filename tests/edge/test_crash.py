@@ -154,3 +154,71 @@ def test_sigkill_loses_no_acknowledged_message(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+@pytest.mark.subprocess
+def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path):
+    """Wills of connections the crash cut, and a delayed Will still pending,
+    are captured after the restart (a resumed session cancels its Will)."""
+    import time
+
+    from bridge.mqtt import Properties, Will
+
+    def will(topic, delay=None, **kw):
+        props = Properties(will_delay_interval=delay) if delay is not None else Properties()
+        return Will(topic=topic, payload=b"offline", properties=props, **kw)
+
+    def wills_in(recs, cid: str):
+        return [r for r in recs if r.key == cid.encode() and headers_of(r).get("origin") == b"will"]
+
+    data = tmp_path / "data"
+    proc, port = start_edge(data)
+    clients = []
+    try:
+        v311 = RawClient(port)
+        assert v311.connect(4, client_id="w311", will=will("st/w311", qos=1, retain=True))[:2] == b"\x20\x02"
+        v5 = RawClient(port)
+        assert v5.connect(5, client_id="w5", will=will("st/w5", 3),
+                          properties=Properties(session_expiry_interval=60))[2:4] == b"\x00\x00"
+        gone = RawClient(port)  # lost before the crash; its 3 s Will Delay still runs at the kill
+        gone.connect(5, client_id="w5gone", will=will("st/w5gone", 3),
+                     properties=Properties(session_expiry_interval=60))
+        back = RawClient(port)  # will come back within its delay
+        back.connect(5, client_id="w5back", will=will("st/w5back", 30),
+                     properties=Properties(session_expiry_interval=300))
+        clients = [v311, v5, back]
+        gone.close()
+        wait_for(lambda: sum(1 for r in read_log(data / "capture") if r.value[0] == 0x10) == 4, 10,
+                 "four durable CONNECT records")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for c in clients:
+            c.close()
+    assert not any(wills_in(read_log(data / "capture"), c) for c in ("w311", "w5", "w5gone"))
+
+    proc, port = start_edge(data)
+    restarted = time.monotonic()
+    try:
+        resumed = RawClient(port)
+        assert resumed.connect(5, client_id="w5back", clean_start=False,
+                               properties=Properties(session_expiry_interval=300))[2:4] == b"\x01\x00"
+        recs = wait_for(lambda: (lambda rs: rs if wills_in(rs, "w311") else None)(
+            read_log(data / "capture")), 10, "the 3.1.1 Will")
+        assert time.monotonic() - restarted < 2.5 and not wills_in(recs, "w5")  # delayed: not yet
+        recs = wait_for(lambda: (lambda rs: rs if wills_in(rs, "w5") and wills_in(rs, "w5gone") else None)(
+            read_log(data / "capture")), 15, "the delayed Wills")
+        assert time.monotonic() - restarted >= 3.0
+        (w311,) = wills_in(recs, "w311")
+        assert w311.value == publish(4, topic="st/w311", payload=b"offline", qos=1, packet_id=1, retain=True)
+        assert len(wills_in(recs, "w5")) == len(wills_in(recs, "w5gone")) == 1
+        assert not wills_in(recs, "w5back")  # resumed within its Will Delay Interval [MQTT-3.1.3-9]
+        resumed.send(b"\xe0\x00")
+        resumed.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert len(wills_in(read_log(data / "capture"), "w311")) == 1  # once, also after a clean stop

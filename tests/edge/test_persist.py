@@ -28,7 +28,7 @@ def session(log, store, conn_id, level, **connect_fields) -> Harness:
 
 def recovered(tmp_path, log) -> SessionStore:
     log.flush()
-    store, _n = recover(tmp_path / "edge", LogReader(log.root), log.next_offsets(), log.stream)
+    store, _wills, _n = recover(tmp_path / "edge", LogReader(log.root), log.next_offsets(), log.stream)
     return store
 
 
@@ -113,3 +113,80 @@ def test_store_round_trips_through_json():
     assert (b.expiry_s, b.disconnected_at, b.qos2) == (30, 200.0, {7: Qos2Entry("t", 5, 1, 2)})
     assert back.expire(229.0) == [] and back.expire(230.0) == ["a"]
     assert isinstance(ClientSession.from_json("z", {"expiry_s": 1}), ClientSession)
+
+
+# ---------------------------------------------------------------- owed Wills
+
+def _will(topic, delay=None, **kw):
+    from bridge.mqtt import Will
+
+    props = Properties(will_delay_interval=delay) if delay is not None else Properties()
+    return Will(topic=topic, payload=b"gone:" + topic.encode(), properties=props, **kw)
+
+
+def _lost(h: Harness, log) -> list:
+    """The connection drops; the server captures the Wills due now (delay 0)
+    and keeps the delayed ones pending, as EdgeServer._will does."""
+    h.perform(h.session.connection_lost(h.now))
+    pending = []
+    for w in h.wills:
+        if w.delay_s <= 0:
+            log.append(w.conn_id, w.key, w.frame, w.headers)
+        else:
+            pending.append(w)
+    h.wills.clear()
+    return pending
+
+
+def owed(tmp_path, log) -> dict:
+    log.flush()
+    _store, wills, _n = recover(tmp_path / "edge", LogReader(log.root), log.next_offsets(), log.stream)
+    return wills
+
+
+def test_wills_a_crash_leaves_owed_are_recovered_from_the_log_MQTT_3_1_2_10(tmp_path, log):
+    live = SessionStore()
+    open3 = session(log, live, "c1", 4, client_id="open3", will=_will("w/open3", qos=1, retain=True))
+    expected = open3.session.owed_will()  # what the edge would capture if this connection died
+    bye = session(log, live, "c2", 5, client_id="bye", will=_will("w/bye"))
+    bye.feed(b"\xe0\x00")  # normal DISCONNECT: the Will is deleted [MQTT-3.1.2-10]
+    lost = session(log, live, "c3", 5, client_id="lost", will=_will("w/lost", 30),
+                   properties=Properties(session_expiry_interval=60))
+    assert [w.delay_s for w in _lost(lost, log)] == [30]  # pending when the edge dies
+    sent = session(log, live, "c4", 4, client_id="sent", will=_will("w/sent"))
+    assert _lost(sent, log) == []  # captured at once: not owed
+    back = session(log, live, "c5", 5, client_id="back", will=_will("w/back", 30),
+                   properties=Properties(session_expiry_interval=60))
+    _lost(back, log)
+    session(log, live, "c6", 5, client_id="back",  # resumed within the delay [MQTT-3.1.3-9]
+            clean_start=False, properties=Properties(session_expiry_interval=60))
+    d04 = session(log, live, "c7", 5, client_id="d04", will=_will("w/d04", 10),
+                  properties=Properties(session_expiry_interval=60))
+    d04.feed(bytes.fromhex("E00704051100000005"))  # 0x04 with Will, Session Expiry 5
+    session(log, live, "c8", 5, client_id="nowill")
+
+    wills = owed(tmp_path, log)
+
+    assert sorted(wills) == ["d04", "lost", "open3"]
+    w = wills["open3"]
+    assert (w.frame, w.headers, w.delay_s, w.conn_id, w.key) == \
+        (expected.frame, expected.headers, 0, "c1", b"open3")
+    assert dict(w.headers)["origin"] == b"will"
+    assert wills["lost"].delay_s == 30 and wills["d04"].delay_s == 5
+
+
+def test_owed_wills_go_through_the_snapshot(tmp_path, log):
+    live = SessionStore()
+    a = session(log, live, "c1", 4, client_id="a", will=_will("w/a"))
+    b = session(log, live, "c2", 4, client_id="b", will=_will("w/b"))
+    log.flush()
+    snap_wills = {c: h.session.owed_will().to_json() for c, h in (("a", a), ("b", b))}
+    write_snapshot(tmp_path / "edge", live.to_json(), log.next_offsets(), log.stream, snap_wills)
+    b.feed(b"\xe0\x00")  # after the snapshot: b leaves normally
+    c = session(log, live, "c3", 4, client_id="c", will=_will("w/c"))
+
+    wills = owed(tmp_path, log)
+
+    assert sorted(wills) == ["a", "c"]
+    assert wills["a"].frame == a.session.owed_will().frame
+    assert wills["c"].frame == c.session.owed_will().frame

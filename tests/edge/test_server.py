@@ -244,3 +244,25 @@ def test_tls_listener(run_edge, tls_files):
             assert data == CONNACK_OK + b"\x40\x02\x00\x02"
     recs = wait_records(e.config.capture_dir, lambda r: r.key == b"tls-dev", 2)
     assert recs[0].value[0] == 0x10
+
+
+def test_snapshot_carries_the_wills_a_crash_would_leave_owed(edge, raw):
+    from bridge.edge.persist import load_snapshot
+
+    open_ = raw()
+    open_.connect(4, client_id="snap-open", will=Will("st/open", b"off", 0, False, Properties()))
+    left = raw()
+    left.connect(5, client_id="snap-delay", will=Will("st/delay", b"off", 0, False,
+                                                    Properties(will_delay_interval=60)),
+                 properties=Properties(session_expiry_interval=120))
+    bye = raw()
+    bye.connect(4, client_id="snap-bye", will=Will("st/bye", b"off", 0, False, Properties()))
+    bye.send(b"\xe0\x00")
+    assert bye.closed()
+    left.close()  # its Will is pending for 60 s
+    wait_for(lambda: "snap-delay" in edge.server.pending_wills, 5, "the pending Will")
+    edge.call(edge.server.snapshot)
+    wills = load_snapshot(edge.config.edge_state_dir).wills
+    assert sorted(wills) == ["snap-delay", "snap-open"]
+    assert wills["snap-delay"].delay_s == 60 and wills["snap-open"].delay_s == 0
+    assert dict(wills["snap-open"].headers)["origin"] == b"will"
