@@ -81,6 +81,18 @@ def _client(port, cid):
     return c
 
 
+def _queue_while_down(node: RabbitNode, prefix: str) -> str:
+    """A durable queue on the (stopped) private node: declared on a brief
+    start, then the node stops again. The queue exists from the moment the
+    peer appears, so no forwarded message can meet a missing queue (RabbitMQ
+    3.x accepts a message to ``/amq/queue/<missing>`` and drops it)."""
+    queue = f"{prefix}{uuid.uuid4().hex[:8]}"
+    node.start()
+    declare_durable_queue(node.url, queue)
+    node.stop()
+    return queue
+
+
 def _publish_ids(data_dir):
     """lakegate-id of every PUBLISH in the capture log."""
     reader = LogReader(Path(data_dir) / "capture")
@@ -90,7 +102,7 @@ def _publish_ids(data_dir):
 
 
 def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_ctrl_c(node, tmp_path):
-    queue = f"lgrun{uuid.uuid4().hex[:8]}"
+    queue = _queue_while_down(node, "lgrun")
     run = Run(tmp_path, f"amqp.url={node.url}", "amqp.address_template=/amq/queue/{routing_key}",
               "amqp.max_retries=1", "amqp.retry_backoff_s=0.2")
     try:
@@ -107,8 +119,7 @@ def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_
         wait_for(lambda: engine.arrow("messages").num_rows >= 20, timeout=120, what="the tables to get the messages")
         want = _publish_ids(tmp_path)
         assert len(want) == 20
-        node.start()  # the peer appears
-        declare_durable_queue(node.url, queue)
+        node.start()  # the peer appears, with the queue
         got = receive_all(node.url, queue, want, timeout=180)
         assert want <= set(got), f"missing after catch-up: {sorted(want - set(got))[:5]}"
         assert any("restarting from the checkpoint" in e for e in run.err)
@@ -119,7 +130,7 @@ def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_
 
 
 def test_ack_after_forward_holds_puback_until_the_peer_accepted(node, tmp_path):
-    queue = f"lgfwd{uuid.uuid4().hex[:8]}"
+    queue = _queue_while_down(node, "lgfwd")
     run = Run(tmp_path, f"amqp.url={node.url}", "amqp.address_template=/amq/queue/{routing_key}",
               "edge.ack_after=forward", "amqp.max_retries=1", "amqp.retry_backoff_s=0.2")
     try:
@@ -130,8 +141,7 @@ def test_ack_after_forward_holds_puback_until_the_peer_accepted(node, tmp_path):
         # captured and durable, but the peer is down: no PUBACK within 8 s
         info.wait_for_publish(timeout=8)
         assert not info.is_published(), "PUBACK before the AMQP peer accepted the message"
-        node.start()
-        declare_durable_queue(node.url, queue)
+        node.start()  # the peer appears, with the queue
         wait_for(info.is_published, timeout=180, what="PUBACK after the peer accepted")
         got = receive_all(node.url, queue, _publish_ids(cfg.data_path), timeout=30)
         assert len(got) >= 1
