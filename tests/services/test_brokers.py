@@ -82,3 +82,32 @@ def test_services_status_reports_both(rabbitmq, mosquitto):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rabbitmq: up on 127.0.0.1:5672" in out.stdout and "amqp1_0 plugin on" in out.stdout
     assert "mosquitto: up on 127.0.0.1:18830" in out.stdout
+
+
+def _fake_apt(tmp_path: Path, policy: Path, fail: bool) -> Path:
+    """An apt-get that records, during ``install``, whether a policy-rc.d
+    forbids starting services (what invoke-rc.d asks it), then succeeds or fails."""
+    apt = tmp_path / "apt-get"
+    apt.write_text(f"""#!/bin/sh
+case "$*" in
+  *install*) if [ -x '{policy}' ]; then '{policy}' mosquitto start; echo "policy $?" >> '{tmp_path}/apt.log'
+             else echo "no policy" >> '{tmp_path}/apt.log'; fi
+             exit {1 if fail else 0} ;;
+esac
+exit 0
+""")
+    apt.chmod(0o755)
+    return apt
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["install-ok", "install-fails"])
+def test_services_install_forbids_the_packages_starting_their_own_instances(tmp_path, fail, rabbitmq, mosquitto):
+    # Both services already answer, so after the (fake) install the script
+    # leaves them alone; only the install step is exercised.
+    policy = tmp_path / "policy-rc.d"
+    env = dict(os.environ, RABBITMQ_SERVER_BIN="/nonexistent/rabbitmq-server", POLICY_RC_D=str(policy),
+               APT_GET_BIN=str(_fake_apt(tmp_path, policy, fail)), LAKEGATE_SERVICES_DIR=str(tmp_path / "state"))
+    out = subprocess.run([str(ROOT / "scripts" / "services"), "up"], capture_output=True, text=True, env=env)
+    assert (tmp_path / "apt.log").read_text() == "policy 101\n"  # 101: action forbidden
+    assert not policy.exists(), "policy-rc.d left behind"
+    assert out.returncode == (1 if fail else 0), out.stderr
