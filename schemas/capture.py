@@ -1,7 +1,10 @@
 """Capture log records: the exact shape of Spark's Kafka source rows.
 
-A deployment that puts the frames into Kafka can switch the job's source
-from ``format("lakegate")`` to ``format("kafka")`` with no other change.
+A deployment that puts the frames into Kafka (with the same header keys) can
+switch the job's source from ``format("lakegate")`` to ``format("kafka")``
+with ``.option("includeHeaders", "true")`` -- without it Spark's Kafka source
+leaves ``headers`` out, and the job's context comes from them -- and no
+other change.
 """
 
 __all__ = ["CAPTURE_RECORD_DDL", "HEADER_KEYS", "TIMESTAMP_TYPE_LOG_APPEND"]
