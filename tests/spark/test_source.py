@@ -109,6 +109,28 @@ def test_batch_read_returns_every_record_as_written(lakegate, filled):
 
 
 @spark_only
+def test_batch_read_equals_the_records_the_log_decodes_one_by_one(lakegate, filled):
+    """The Spark source (Arrow batches built in bulk) against the log's
+    per-record decoder, as whole DataFrames (chispa): same rows, same types."""
+    import datetime as dt
+
+    from chispa import assert_df_equality
+
+    from schemas.ddl import to_spark
+
+    path, _ = filled
+    reader = LogReader(path)
+    ends = reader.durable_offsets()
+    expected = [(r.key, r.value, "mqtt-frames", r.partition, r.offset,
+                 dt.datetime.fromtimestamp(r.timestamp_us / 1e6), 1, [(k, v) for k, v in r.headers])
+                for p in range(reader.partitions) for r in reader.records(p, 0, ends[p])]
+    assert len(expected) == 1000
+    want = lakegate.createDataFrame(expected, to_spark(CAPTURE_RECORD_DDL))
+    got = lakegate.read.format("lakegate").load(str(path))
+    assert_df_equality(got, want, ignore_row_order=True)
+
+
+@spark_only
 def test_batch_read_between_offsets(lakegate, filled):
     path, _ = filled
     df = (lakegate.read.format("lakegate").option("startingOffsets", json.dumps({"0": 10, "1": 0}))
