@@ -66,13 +66,18 @@ class PartitionWriter:
         self._synced = (-1, 0)  # (base_offset, size) at the last successful sync
 
     # ---- opening and recovery ----
-    def recover(self) -> Recovered | None:
+    def recover(self, durable_end: int = 0) -> Recovered | None:
         """Open the last segment, validate every record in it, truncate a torn
         tail (with a warning), rebuild its index. Returns None when the
         partition has no segment yet (call :meth:`create_first`).
 
+        ``durable_end``: the partition's high watermark from the ``durable``
+        file (written only after the segment's fsync): records below it were
+        reported durable, so damage there is corruption, never a torn write.
+
         Raises CorruptRecordError for a damaged record that intact records
-        follow, LogFormatError for a damaged file header.
+        follow or that was reported durable, LogFormatError for a damaged
+        file header.
         """
         self.pdir.mkdir(parents=True, exist_ok=True)
         bases = list_segments(self.pdir)
@@ -82,6 +87,10 @@ class PartitionWriter:
         path = segment_path(self.pdir, base)
         data = path.read_bytes()
         if len(data) < HEADER_SIZE:
+            if base < durable_end:
+                raise CorruptRecordError(self.partition, base, path, 0,
+                                         f"the segment's file header is cut short at {len(data)} bytes, but "
+                                         f"records up to offset {durable_end - 1} were reported durable")
             # Crash while creating the segment: it never held a record.
             log.warning("capture partition %d: segment %s has a torn file header (%d bytes); recreating it",
                         self.partition, path.name, len(data))
@@ -103,6 +112,11 @@ class PartitionWriter:
             later = find_valid_after(data, res.end, len(data), res.next_offset)
             if later is not None:
                 raise CorruptRecordError(self.partition, res.next_offset, path, res.end, res.problem)
+            if res.next_offset < durable_end:
+                # a torn write only ever damages what was not yet fsynced
+                raise CorruptRecordError(self.partition, res.next_offset, path, res.end,
+                                         f"{res.problem}; records up to offset {durable_end - 1} were "
+                                         "reported durable")
             truncated = len(data) - res.end
             log.warning("capture partition %d: torn tail in %s at byte %d (offset %d, %s): "
                         "truncating %d bytes that were never durable",

@@ -52,7 +52,9 @@ from bridge.capture.errors import (
     LogLockedError,
     LogMismatchError,
 )
-from bridge.capture.layout import durable_path, meta_path, partition_dir, read_meta, write_durable, write_meta
+from bridge.capture.layout import (
+    durable_path, meta_path, partition_dir, read_durable, read_meta, write_durable, write_meta,
+)
 from bridge.capture.partition import PartitionWriter
 from bridge.capture.record import encode_headers, encode_record, partition_for, record_size
 from bridge.capture.retention import apply_retention
@@ -240,9 +242,12 @@ class CaptureLog:
             log.info("capture log created at %s: stream %s, %d partitions", root, self.stream, self.partitions)
 
         seq_floor = 0
+        # the high watermarks the last writer published (None: no file yet, or
+        # a damaged one -- then every tail problem counts as torn, as before)
+        durable_ends = read_durable(root, self.partitions) or [0] * self.partitions
         for p in range(self.partitions):
             pw = PartitionWriter(partition_dir(root, p), p, self.segment_bytes)
-            rec = pw.recover()
+            rec = pw.recover(durable_ends[p])
             if rec is not None:
                 seq_floor = max(seq_floor, rec.seq_floor)
                 self.stats["truncated_bytes"] += rec.truncated_bytes

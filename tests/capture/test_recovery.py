@@ -160,3 +160,29 @@ def test_recovered_records_are_readable_and_index_is_rebuilt(tmp_path):
         pass
     reader = LogReader(tmp_path)
     assert [r.offset for r in reader.records(0, 400, 403)] == [400, 401, 402]
+
+
+def test_damaged_last_record_that_was_reported_durable_is_an_error_not_a_torn_tail(tmp_path):
+    # All 20 appends were acknowledged as durable (the log closed cleanly, its
+    # durable file says 20): damage to the last one is corruption, and
+    # truncating it would silently drop an acknowledged record.
+    _one_partition_log(tmp_path)
+    seg = _last_segment(tmp_path)
+    pos = _positions(tmp_path)[-1]
+    data = bytearray(seg.read_bytes())
+    data[pos + 60] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match=r"^capture log partition 0 offset 19: corrupt record \(CRC mismatch; "
+                                                 r"records up to offset 19 were reported durable\)"):
+        open_log(tmp_path, partitions=1)
+    assert seg.read_bytes() == bytes(data), "nothing is truncated"
+
+
+def test_cut_segment_header_holding_durable_records_is_an_error(tmp_path):
+    _one_partition_log(tmp_path, segment_bytes=1024)  # several segments
+    seg = _last_segment(tmp_path)
+    assert seg.name != f"{0:020d}.log"
+    seg.write_bytes(seg.read_bytes()[:5])
+    with pytest.raises(CorruptRecordError, match=r"file header is cut short at 5 bytes, but records up to "
+                                                 r"offset 19 were reported durable"):
+        open_log(tmp_path, partitions=1)
