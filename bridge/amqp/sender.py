@@ -63,7 +63,7 @@ from bridge.amqp.mapping import (
 )
 from bridge.config import AmqpConfig
 
-__all__ = ["ForwardError", "ForwardResult", "Forwarder", "peer_url"]
+__all__ = ["ForwardError", "ForwardResult", "Forwarder", "peer_url", "qos2_rcv_second"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -128,6 +128,15 @@ def peer_url(config: AmqpConfig) -> tuple[str, str | None, str | None]:
     if parts.username is None and not config.username:
         password = None
     return f"{parts.scheme}://{hostport}", user, password
+
+
+def qos2_rcv_second(config: AmqpConfig) -> bool:
+    """Whether the QoS 2 link attaches with rcv-settle-mode *second*:
+    ``amqp.qos2_rcv_settle_mode`` when it names a mode, else the profile's."""
+    mode = config.qos2_rcv_settle_mode
+    if mode == "profile":
+        return bool(PROFILES[config.profile].qos2_rcv_settle_mode)
+    return mode == "second"
 
 
 def _backoff(config: AmqpConfig, n: int) -> float:
@@ -208,8 +217,7 @@ class _Engine(Handler):
         super().__init__()
         self.cfg = config
         self.profile = PROFILES[config.profile]
-        mode = config.qos2_rcv_settle_mode
-        self.qos2_rcv = self.profile.qos2_rcv_settle_mode if mode == "profile" else (1 if mode == "second" else 0)
+        self.qos2_rcv = qos2_rcv_second(config)
         self.url, self.user, self.password = peer_url(config)
         self.container_id = container_id
         self.commands: queue.SimpleQueue = queue.SimpleQueue()

@@ -53,7 +53,7 @@ def bare_send(config: Any, outgoing: list[Any], timeout: float = 300.0) -> float
     from proton.reactor import Container, LinkOption
 
     from bridge.amqp.mapping import LINK_QOS2
-    from bridge.amqp.sender import peer_url
+    from bridge.amqp.sender import peer_url, qos2_rcv_second
 
     url, user, password = peer_url(config)
     per_link: dict[tuple[str, str], list[Any]] = {}
@@ -67,7 +67,7 @@ def bare_send(config: Any, outgoing: list[Any], timeout: float = 300.0) -> float
 
         def apply(self, link: Any) -> None:
             link.snd_settle_mode = Link.SND_UNSETTLED
-            second = self.cls == LINK_QOS2 and config.qos2_rcv_settle_mode == "second"
+            second = self.cls == LINK_QOS2 and qos2_rcv_second(config)  # as the Forwarder attaches it
             link.rcv_settle_mode = Link.RCV_SECOND if second else Link.RCV_FIRST
 
     class Bare(MessagingHandler):
