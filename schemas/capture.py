@@ -32,7 +32,7 @@ HEADER_KEYS = {
     "origin": "client, will or tap",
     "seq": "capture sequence: orders records across partitions (decimal)",
     "alias_topic": "the resolved topic, where the frame used a topic alias",
-    "dup": "1 when the edge recognised a QoS 2 re-send of a packet id awaiting PUBREL",
+    "dup": "1 when the edge (or the tap) recognised a QoS 2 re-send of a packet id awaiting PUBREL",
     "rel_topic": "on a PUBREL: the topic of the QoS 2 PUBLISH it releases",
     "rel_seq": "on a PUBREL: the capture sequence of the QoS 2 PUBLISH it releases",
     "redacted": "on a CONNECT: 'password' when the edge removed the password before capture",

@@ -2,7 +2,11 @@
 
 Subscribes (MQTT 5, QoS 2, Retain As Published, persistent session) and
 writes each message to the capture log with origin ``tap``, acknowledging
-the broker only once the record is durable. Runs until Ctrl-C / SIGTERM.
+the broker (PUBACK, PUBREC) only once the record is durable. Runs until
+Ctrl-C / SIGTERM (exit 0). Exits 1 with one line on stderr when a message
+could not be captured (it was not acknowledged: the broker re-sends it when
+the tap is started again), when the capture log cannot be opened, or when
+the installed paho-mqtt is not a release bridge/tap.py was verified against.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    import sys
+
+    from bridge.capture import CaptureError
     from bridge.cli import UsageError
-    from bridge.tap import Tap
+    from bridge.tap import PahoVersionError, Tap, TapError
 
     if args.broker:
         from bridge.config import ConfigError, set_value
@@ -35,8 +42,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
         tap = Tap(config, topics=args.topic)
     except ValueError as exc:
         raise UsageError(f"tap: {exc}") from None
+    except (CaptureError, PahoVersionError) as exc:
+        print(f"lakegate: tap: {exc}", file=sys.stderr)
+        return 1
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: tap.stop())
     print(f"lakegate tap: {config.tap.broker} topics {', '.join(tap.topics)} -> {config.capture_dir}", flush=True)
-    tap.run()
+    try:
+        tap.run()
+    except TapError as exc:
+        print(f"lakegate: tap: stopped: {exc}", file=sys.stderr)
+        return 1
     return 0

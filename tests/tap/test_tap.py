@@ -2,49 +2,26 @@
 with origin tap, and messages published while the tap was down arrive after it
 comes back (persistent session, acknowledged only once durable)."""
 
-import threading
 import uuid
 
-import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bridge.capture import LogReader
 from bridge.config import load_config
 from bridge.mqtt import Publish, decode_packet
-from bridge.tap import Tap, frame_for
+from bridge.tap import frame_for
+from tests.tap.util import Running
+from tests.tap.util import publish as _publish
+from tests.tap.util import records as _records
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
 
 
-def _records(root):
-    r = LogReader(root)
-    out = []
-    for p in range(r.partitions):
-        out.extend(r.records(p, 0, r.durable_offsets()[p]))
-    return out
-
-
-def _publish(host, port, msgs):
-    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="pub-" + uuid.uuid4().hex[:6], protocol=mqtt.MQTTv5)
-    pub.connect(host, port)
-    pub.loop_start()
-    try:
-        for topic, payload, qos, retain, props in msgs:
-            pub.publish(topic, payload, qos=qos, retain=retain, properties=props).wait_for_publish(10)
-    finally:
-        pub.loop_stop()
-        pub.disconnect()
-
-
 def _start(cfg, prefix):
-    tap = Tap(cfg, topics=[f"{prefix}/#"])
-    t = threading.Thread(target=tap.run, daemon=True)
-    t.start()
-    assert tap.wait_connected(10), "tap did not connect to Mosquitto"
-    return tap, t
+    r = Running(cfg, prefix)
+    return r.tap, r.thread
 
 
 def test_frame_for_drops_hop_properties_and_round_trips():
