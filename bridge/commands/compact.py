@@ -1,29 +1,64 @@
-"""``lakegate compact``: expire retained messages, compact small files, vacuum."""
+"""``lakegate compact``: expire retained messages, compact small files, vacuum.
+
+The engine is ``tables.engine``'s: ``delta-rs`` needs no JVM; ``delta-spark``
+builds a SparkSession (as ``lakegate sql`` does), and so does ``auto`` under
+spark-submit, where the classpath that decides it is already given (run
+locally, ``auto`` is delta-rs: a local session has no delta-spark jars).
+Errors are one line: bad configuration exit code 2, a failed table
+operation exit code 1; the report goes to stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 
 from bridge.config import Config
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+def _needs_spark(config: Config) -> bool:
+    from bridge.spark.session import under_spark_submit
+
+    return config.tables.engine == "delta-spark" or (config.tables.engine == "auto" and under_spark_submit())
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
-    from bridge.tables.engine import make_engine
-    from bridge.tables.maintenance import run_maintenance
+    from bridge.tables.engine import failure_line, make_engine
+    from bridge.tables.maintenance import MIN_VACUUM_HOURS, run_maintenance
 
-    engine = make_engine(config)
+    if "log_level" not in config.sources:
+        # The report is the answer; stderr stays quiet unless log_level was asked for.
+        logging.getLogger("bridge").setLevel(logging.WARNING)
+    hours = config.tables.vacuum_retention_hours
+    if hours < MIN_VACUUM_HOURS:  # before starting anything
+        raise UsageError(f"tables.vacuum_retention_hours must be at least {MIN_VACUUM_HOURS} (got {hours})")
+    spark = None
     try:
-        report = run_maintenance(engine, config.tables.vacuum_retention_hours)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        if _needs_spark(config):
+            from bridge.spark.session import build_session
+
+            spark = build_session(config, app_name="lakegate-compact")
+        engine = make_engine(config, spark)
+        try:
+            report = run_maintenance(engine, hours)
+        except Exception as exc:  # a table operation failed: one line, exit 1 (details with log_level=DEBUG)
+            log.debug("compact failed", exc_info=True)
+            print(f"lakegate: compact: {failure_line(engine, exc)}", file=sys.stderr)
+            return 1
+    finally:
+        if spark is not None:
+            spark.stop()
     if args.json:
-        print(json.dumps({"expired": report.expired, "compacted": report.compacted,
+        print(json.dumps({"engine": engine.name, "expired": report.expired, "compacted": report.compacted,
                           "vacuumed": report.vacuumed, "seconds": round(report.seconds, 3)}))
     else:
         print(report.line())

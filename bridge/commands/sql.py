@@ -19,6 +19,8 @@ from typing import Any
 
 from bridge.config import Config
 
+log = logging.getLogger(__name__)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", help="a Spark SQL query over the views messages, retained, retained_all, quarantine")
@@ -58,7 +60,8 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def print_rows(columns: list[str], rows: list[Any], fmt: str, out=sys.stdout) -> None:
+def print_rows(columns: list[str], rows: list[Any], fmt: str, out=None) -> None:
+    out = sys.stdout if out is None else out  # the current stdout, not the one at import time
     if fmt == "json":
         json.dump([{c: _jsonable(r[i]) for i, c in enumerate(columns)} for r in rows], out, ensure_ascii=False)
         out.write("\n")
@@ -87,24 +90,36 @@ def _as_of(text: str | None) -> int | str | None:
     return int(text) if text.strip().isdigit() else text.strip()
 
 
+def _spark_message(exc: BaseException) -> str:
+    """Spark's own message in one line (error class, text, SQLSTATE), without the JVM stack or query context."""
+    text = str(exc).strip()
+    msg = text.splitlines()[0].strip() if text else type(exc).__name__
+    return msg.split("; line ")[0] if "SQLSTATE" in msg else msg
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
     from bridge.spark.session import build_session
-    from bridge.tables.engine import AsOfError, make_engine
+    from bridge.tables.engine import AsOfError, failure_line, make_engine
     from bridge.tables.views import register_views, views_in_query
 
     if "log_level" not in config.sources:
         # A query tool's stderr stays quiet unless log_level was asked for.
         logging.getLogger("bridge").setLevel(logging.WARNING)
+    as_of = _as_of(args.as_of)
     spark = build_session(config, app_name="lakegate-sql")
     try:
-        engine = make_engine(config, spark)
-        try:
-            register_views(spark, engine, as_of=_as_of(args.as_of), views=views_in_query(args.query) if args.as_of else None)
-        except AsOfError as exc:
-            raise UsageError(str(exc)) from None
         from pyspark.errors import PySparkException
 
+        engine = make_engine(config, spark)
+        try:
+            register_views(spark, engine, as_of=as_of, views=views_in_query(args.query) if as_of is not None else None)
+        except AsOfError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # an unreadable table: one line, exit 1 (details with log_level=DEBUG)
+            log.debug("sql: reading the tables failed", exc_info=True)
+            print(f"lakegate: sql: cannot read the tables under {config.tables_dir}: {failure_line(engine, exc)}", file=sys.stderr)
+            return 1
         try:
             df = spark.sql(args.query)
             if args.limit is not None:
@@ -112,9 +127,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             rows = df.collect()
         except PySparkException as exc:
             # Spark's own message (unknown table or column, syntax), without the JVM stack.
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            msg = msg.split("; line ")[0] if "SQLSTATE" in msg else msg
-            raise UsageError(f"sql: {msg}") from None
+            raise UsageError(f"sql: {_spark_message(exc)}") from None
         print_rows(df.columns, rows, args.format)
         return 0
     finally:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from bridge.tables.engine import PARTITION_BY, SCHEMAS, AsOfError, MergeResult, TableEngine, VersionRange
+from bridge.tables.engine import PARTITION_BY, SCHEMAS, AsOfError, Commit, MergeResult, TableEngine, one_line
 from schemas.ddl import to_spark
 from schemas.tables import TABLES
 
@@ -113,22 +113,15 @@ class DeltaRsEngine(TableEngine):
         dtable = self._table(table)
         if as_of is None:
             return dtable
-        rng = self.versions(table)
-        if isinstance(as_of, int):
-            if not rng.oldest <= as_of <= rng.newest:
-                raise AsOfError(f"{table}: version {as_of} does not exist (oldest {rng.oldest}, newest {rng.newest})")
-            dtable.load_as_version(as_of)
-            return dtable
+        # Resolved against the history here (delta-rs itself loads version 0
+        # for a timestamp before the first commit, without an error).
+        version = self.resolve_as_of(table, as_of).version
         try:
-            when = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
-        except ValueError:
-            raise AsOfError(f"--as-of {as_of!r} is neither a version number nor an ISO timestamp") from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
-        try:
-            dtable.load_as_version(when)
-        except Exception as exc:  # delta-rs raises a generic error for a time before the first commit
-            raise AsOfError(f"{table}: no version at {when.isoformat()} (oldest {rng.oldest}, newest {rng.newest}): {exc}") from None
+            dtable.load_as_version(version)
+        except Exception as exc:  # delta-rs's errors span lines (causes, paths)
+            rng = self.versions(table)
+            raise AsOfError(f"{table}: cannot read version {version} (oldest {rng.oldest}, newest {rng.newest}): "
+                            f"{one_line(exc)}") from None
         return dtable
 
     def arrow(self, table: str, as_of: int | str | None = None) -> pa.Table:
@@ -147,12 +140,17 @@ class DeltaRsEngine(TableEngine):
         base = str(self.path(table))
         return spark.read.schema(schema).option("basePath", base).parquet(*files).select(*schema.fieldNames())
 
-    def versions(self, table: str) -> VersionRange:
+    def commits(self, table: str) -> list[Commit]:
         dtable = self._table(table)
-        newest = dtable.version()
-        history = [h.get("version") for h in dtable.history() if h.get("version") is not None]
-        oldest = min(history) if history else newest
-        return VersionRange(oldest=int(oldest), newest=int(newest))
+        out = {}
+        for h in dtable.history():
+            if h.get("version") is not None and h.get("timestamp") is not None:
+                out[int(h["version"])] = Commit(int(h["version"]),
+                                                dt.datetime.fromtimestamp(h["timestamp"] / 1000, tz=dt.timezone.utc))
+        if not out:  # no commit info (a writer that leaves it out): the current version, at the table's creation
+            created_ms = dtable.metadata().created_time or 0
+            out[dtable.version()] = Commit(dtable.version(), dt.datetime.fromtimestamp(created_ms / 1000, tz=dt.timezone.utc))
+        return [out[v] for v in sorted(out)]
 
     def compact(self) -> dict[str, Any]:
         out = {}

@@ -13,12 +13,13 @@ Delta table), so a replayed batch is skipped the same way on both engines.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bridge.tables.engine import PARTITION_BY, SCHEMAS, AsOfError, MergeResult, TableEngine, VersionRange
+from bridge.tables.engine import PARTITION_BY, SCHEMAS, Commit, MergeResult, TableEngine
 from schemas.ddl import to_spark
 from schemas.tables import TABLES
 
@@ -107,19 +108,19 @@ class DeltaSparkEngine(TableEngine):
     def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":
         reader = spark.read.format("delta")
         if as_of is not None:
-            rng = self.versions(table)
-            if isinstance(as_of, int):
-                if not rng.oldest <= as_of <= rng.newest:
-                    raise AsOfError(f"{table}: version {as_of} does not exist (oldest {rng.oldest}, newest {rng.newest})")
-                reader = reader.option("versionAsOf", as_of)
-            else:
-                reader = reader.option("timestampAsOf", as_of)
+            # A timestamp is resolved against the table's history first (the
+            # newest version committed at or before it), as on delta-rs, so a
+            # time before the first commit is one AsOfError line, not Delta's
+            # exception, and both engines read the same version.
+            reader = reader.option("versionAsOf", self.resolve_as_of(table, as_of).version)
         return reader.load(str(self.path(table)))
 
-    def versions(self, table: str) -> VersionRange:
-        hist = self._delta_table(table).history().select("version").collect()
-        vs = [r.version for r in hist]
-        return VersionRange(oldest=min(vs), newest=max(vs))
+    def commits(self, table: str) -> list[Commit]:
+        # unix_millis: collecting a TIMESTAMP would give a naive datetime in the
+        # Python process's local zone.
+        hist = self._delta_table(table).history().selectExpr("version", "unix_millis(timestamp) AS ms").collect()
+        return sorted((Commit(int(r.version), dt.datetime.fromtimestamp(r.ms / 1000, tz=dt.timezone.utc)) for r in hist),
+                      key=lambda c: c.version)
 
     def compact(self) -> dict[str, Any]:
         out = {}
@@ -136,8 +137,6 @@ class DeltaSparkEngine(TableEngine):
         return out
 
     def expire_retained(self, now_us: int) -> int:
-        import datetime as dt
-
         now = dt.datetime.fromtimestamp(now_us / 1e6, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
         cond = f"NOT deleted AND expires_at IS NOT NULL AND expires_at <= TIMESTAMP '{now} UTC'"
         target = self._delta_table("retained")

@@ -16,6 +16,7 @@ transaction but does not refuse a replayed one.
 from __future__ import annotations
 
 import abc
+import datetime as dt
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
     from bridge.config import Config
 
-__all__ = ["AsOfError", "MergeResult", "TableEngine", "VersionRange", "make_engine", "PARTITION_BY", "SCHEMAS"]
+__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TableEngine", "VersionRange", "failure_line", "make_engine",
+           "one_line", "parse_as_of_time", "PARTITION_BY", "SCHEMAS"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,57 @@ PARTITION_BY: dict[str, list[str]] = {"messages": MESSAGES_PARTITION_BY, "retain
 
 class AsOfError(ValueError):
     """A time-travel version or timestamp that the table does not have (one line)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its first non-empty line (engines' errors carry stacks and plans)."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def failure_line(engine: "TableEngine", exc: BaseException) -> str:
+    """A failed table operation in one line; names delta-spark's missing JVM
+    classes when they are the cause (py4j's own words for it are cryptic)."""
+    msg = one_line(exc)
+    spark = getattr(engine, "spark", None)
+    if engine.name == "delta-spark" and spark is not None:
+        from bridge.spark.session import DELTA_CLASS, delta_spark_available
+
+        if not delta_spark_available(spark):
+            return f"tables.engine = delta-spark, but delta-spark's JVM classes ({DELTA_CLASS}) are not on the classpath ({msg})"
+    return msg
+
+
+def parse_as_of_time(text: str) -> dt.datetime:
+    """An ``--as-of`` timestamp (ISO 8601; no zone means UTC) as an aware UTC datetime."""
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise AsOfError(f"--as-of {text!r} is neither a version number nor an ISO timestamp") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc)
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    timestamp: dt.datetime  # the commit's time, UTC
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """What an ``as_of`` resolves to in one table."""
+
+    version: int              # the version read
+    committed_at: dt.datetime  # that version's commit time (UTC)
+    moment: dt.datetime        # the moment the read stands for: the timestamp asked for, else committed_at
 
 
 @dataclass(frozen=True)
@@ -92,8 +145,36 @@ class TableEngine(abc.ABC):
         """The table (optionally at a version or timestamp) as a Spark DataFrame."""
 
     @abc.abstractmethod
+    def commits(self, table: str) -> list[Commit]:
+        """The versions that can be read, oldest first, with their commit times."""
+
     def versions(self, table: str) -> VersionRange:
         """Oldest and newest version that can be read."""
+        commits = self.commits(table)
+        return VersionRange(oldest=commits[0].version, newest=commits[-1].version)
+
+    def resolve_as_of(self, table: str, as_of: int | str) -> AsOf:
+        """The version ``as_of`` (a version number, or an ISO timestamp: the newest
+        version committed at or before it) names in ``table``.
+
+        Both engines time-travel by the version this returns, so they agree;
+        raises ``AsOfError`` (one line naming the oldest and newest versions)
+        when there is none.
+        """
+        commits = self.commits(table)
+        first, last = commits[0], commits[-1]
+        if isinstance(as_of, int):
+            found = [c for c in commits if c.version == as_of]
+            if not found:
+                raise AsOfError(f"{table}: version {as_of} does not exist (oldest {first.version}, newest {last.version})")
+            return AsOf(version=as_of, committed_at=found[0].timestamp, moment=found[0].timestamp)
+        when = parse_as_of_time(as_of)
+        before = [c for c in commits if c.timestamp <= when]
+        if not before:
+            raise AsOfError(f"{table}: no version at or before {_iso(when)} (oldest {first.version} "
+                            f"committed {_iso(first.timestamp)}, newest {last.version} committed {_iso(last.timestamp)})")
+        chosen = max(before, key=lambda c: c.version)
+        return AsOf(version=chosen.version, committed_at=chosen.timestamp, moment=when)
 
     @abc.abstractmethod
     def compact(self) -> dict[str, Any]:

@@ -4,7 +4,10 @@
 
 * ``messages``: every valid PUBLISH;
 * ``retained``: the current retained messages (tombstones and messages past
-  their ``expires_at`` left out);
+  their ``expires_at`` left out); with ``as_of``, what a subscriber would have
+  received then: ``expires_at`` is compared with the moment read (the
+  timestamp asked for, or the commit time of the version asked for), not
+  with the clock;
 * ``retained_all``: the retained table as stored, tombstones included;
 * ``quarantine``: frames that broke a rule;
 * the SQL function ``mqtt_match(filter, topic)``: whether a subscription to
@@ -40,6 +43,8 @@ def register_mqtt_match(spark: "SparkSession") -> None:
     """Register the SQL function ``mqtt_match(filter STRING, topic STRING) -> BOOLEAN``."""
     from pyspark.sql.types import BooleanType
 
+    if spark.catalog.functionExists("mqtt_match"):
+        return  # registered before in this session (Spark would log a WARN line for each replacement)
     spark.udf.register("mqtt_match", _mqtt_match, BooleanType())
 
 
@@ -67,10 +72,13 @@ def register_views(spark: "SparkSession", engine: TableEngine, as_of: int | str 
         if view == "retained":
             from pyspark.sql import functions as F
 
-            df = df.where(~F.col("deleted") & (F.col("expires_at").isNull() | (F.col("expires_at") > F.current_timestamp())))
+            if as_of is None:
+                now = F.current_timestamp()
+            else:
+                now = F.lit(engine.resolve_as_of(table, as_of).moment).cast("timestamp")
+            df = df.where(~F.col("deleted") & (F.col("expires_at").isNull() | (F.col("expires_at") > now)))
             df = df.drop("deleted")
         df.createOrReplaceTempView(view)
         done.append(view)
     register_mqtt_match(spark)
     return done
-

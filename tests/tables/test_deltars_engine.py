@@ -1,6 +1,7 @@
 """The delta-rs engine: idempotent appends and MERGE, time travel, expiry, vacuum."""
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -95,3 +96,50 @@ def test_compact_and_vacuum_keep_the_data(engine):
     removed = engine.vacuum(retention_hours=0)
     assert removed["messages"] == 5
     assert engine.arrow("messages").num_rows == 5
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).isoformat()
+
+
+def test_as_of_a_timestamp_reads_the_newest_version_committed_at_or_before_it(engine):
+    engine.merge_retained(retained_changes(table([publish("a", b"v1", seq=1)])), "q", 0)
+    engine.merge_retained(retained_changes(table([publish("a", b"v2", seq=2)])), "q", 1)
+    commits = engine.commits("retained")
+    assert [c.version for c in commits] == [0, 1, 2]
+    assert commits[0].timestamp <= commits[1].timestamp <= commits[2].timestamp
+    at1 = engine.resolve_as_of("retained", _iso(commits[1].timestamp))
+    assert (at1.version, at1.committed_at, at1.moment) == (1, commits[1].timestamp, commits[1].timestamp)
+    assert {r["topic"]: r["payload"] for r in engine.arrow("retained", as_of=_iso(commits[1].timestamp)).to_pylist()} == {"a": b"v1"}
+    # a later time: the newest version at or before it; the moment is the time asked for
+    later = commits[2].timestamp + dt.timedelta(hours=1)
+    at2 = engine.resolve_as_of("retained", _iso(later))
+    assert (at2.version, at2.committed_at, at2.moment) == (2, commits[2].timestamp, later)
+    # no zone means UTC
+    naive = commits[2].timestamp.replace(tzinfo=None).isoformat()
+    assert engine.resolve_as_of("retained", naive).version == 2
+    # a version: its own commit time is the moment
+    assert engine.resolve_as_of("retained", 1).moment == commits[1].timestamp
+
+
+def test_as_of_a_timestamp_before_the_first_commit_is_one_line_naming_oldest_and_newest(engine):
+    engine.merge_retained(retained_changes(table([publish("a", b"v1", seq=1)])), "q", 0)
+    with pytest.raises(AsOfError) as err:
+        engine.arrow("retained", as_of="2000-01-01T00:00:00Z")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert re.fullmatch(r"retained: no version at or before 2000-01-01T00:00:00\.000Z "
+                        r"\(oldest 0 committed \d{4}-\d\d-\d\dT[\d:.]+Z, newest 1 committed \d{4}-\d\d-\d\dT[\d:.]+Z\)", msg), msg
+
+
+def test_a_failing_load_is_one_line_without_delta_rs_causes(engine, monkeypatch):
+    from deltalake import DeltaTable
+
+    def broken(self, version):
+        raise OSError("Generic DeltaTable error: version 0 unreadable\ncaused by: object store\n  path: /x/_delta_log")
+
+    monkeypatch.setattr(DeltaTable, "load_as_version", broken)
+    with pytest.raises(AsOfError) as err:
+        engine.arrow("retained", as_of=0)
+    assert str(err.value) == ("retained: cannot read version 0 (oldest 0, newest 0): "
+                              "Generic DeltaTable error: version 0 unreadable")

@@ -40,3 +40,16 @@ def test_merge_latest_wins_and_tombstones(engine, spark):
     rows = {r.topic: r for r in engine.dataframe(spark, "retained").collect()}
     assert rows["a"].payload == b"v1" and rows["b"].deleted is True
     assert engine.merge_retained(retained_changes(table([publish("a", b"v9", seq=9)])), "q", 1).skipped is True
+
+
+def test_time_travel_by_timestamp_resolves_a_version_and_refuses_a_time_before_the_first_commit(engine, spark):
+    from bridge.tables.engine import AsOfError
+
+    engine.merge_retained(retained_changes(table([publish("a", b"v1", seq=1)])), "q", 0)
+    engine.merge_retained(retained_changes(table([publish("a", b"v2", seq=2)])), "q", 1)
+    commits = engine.commits("retained")
+    assert [c.version for c in commits] == list(range(commits[0].version, commits[-1].version + 1))
+    at = commits[-2].timestamp.isoformat()
+    assert engine.dataframe(spark, "retained", as_of=at).first().payload == b"v1"
+    with pytest.raises(AsOfError, match=r"^retained: no version at or before 2000-01-01T00:00:00\.000Z \(oldest \d+ "):
+        engine.dataframe(spark, "retained", as_of="2000-01-01T00:00:00Z")

@@ -82,3 +82,31 @@ def test_readme_analyst_example_runs(spark, tmp_path, monkeypatch, capsys):
     code = textwrap.dedent(readme_examples("Who does what")[0])
     exec(compile(code, "README.md", "exec"), {})
     assert "site/1/status" in capsys.readouterr().out
+
+
+def _topics(spark, view="retained"):
+    return sorted(r.topic for r in spark.sql(f"SELECT topic FROM {view}").collect())
+
+
+def test_retained_as_of_shows_what_a_subscriber_received_then_not_what_the_clock_says(spark, engine):
+    from tests.waiting import wait_for
+
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = [publish("soon", b"1", seq=1, expiry=3, at=now), publish("stays", b"1", seq=2, at=now)]
+    engine.merge_retained(retained_changes(table(rows)), "q", 0)  # version 1
+    expires = now + dt.timedelta(seconds=3)
+    v1 = engine.resolve_as_of("retained", 1)
+    assert v1.committed_at < expires, "precondition: version 1 committed before 'soon' expired"
+    wait_for(lambda: dt.datetime.now(dt.timezone.utc) > expires + dt.timedelta(milliseconds=5), timeout=15,
+             what="'soon' to expire")
+    register_views(spark, engine)
+    assert _topics(spark) == ["stays"]  # now: expired
+    register_views(spark, engine, as_of=1, views=["retained", "retained_all"])
+    assert _topics(spark) == ["soon", "stays"]  # at version 1 it had not expired yet
+    assert _topics(spark, "retained_all") == ["soon", "stays"]
+    # a timestamp: expires_at is compared with the time asked for (same version 1 both times)
+    register_views(spark, engine, as_of=v1.committed_at.isoformat(), views=["retained"])
+    assert _topics(spark) == ["soon", "stays"]
+    register_views(spark, engine, as_of=expires.isoformat(), views=["retained"])
+    assert engine.resolve_as_of("retained", expires.isoformat()).version == 1
+    assert _topics(spark) == ["stays"]  # expires_at > moment is false at the moment it expires
