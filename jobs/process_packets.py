@@ -6,7 +6,8 @@
 Capture log -> parse -> Delta tables (messages, retained, quarantine) -> AMQP
 forwarding, with its checkpoint under data_dir. All logic lives in the
 package (bridge.job.pipeline); this file only parses arguments, builds the
-session and awaits the query.
+session and runs the job. Exit codes as ``lakegate process``: 0, 1 when the
+query failed, 2 for a bad configuration or a missing Java (one line on stderr).
 """
 
 import argparse
@@ -14,7 +15,8 @@ import sys
 
 from bridge.cli import setup_logging
 from bridge.config import ConfigError, load_config
-from bridge.job.pipeline import shutdown, start_query
+from bridge.javacheck import JavaMissing
+from bridge.job.pipeline import run_job, shutdown
 from bridge.spark.session import build_session
 
 p = argparse.ArgumentParser(description="lakegate streaming job")
@@ -24,11 +26,14 @@ p.add_argument("--once", action="store_true", help="process everything available
 args = p.parse_args()
 try:
     config = load_config(args.config, args.overrides)
-except ConfigError as exc:
-    sys.exit(f"lakegate: {exc}")
-setup_logging(config)
-spark = build_session(config, app_name="lakegate-job")
+    setup_logging(config)
+    spark = build_session(config, app_name="lakegate-job")
+except (ConfigError, JavaMissing) as exc:
+    msg = str(exc)
+    print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
+    sys.exit(2)
 try:
-    start_query(spark, config, once=args.once).awaitTermination()
+    code = run_job(spark, config, once=args.once)
 finally:
     shutdown(spark)
+sys.exit(code)

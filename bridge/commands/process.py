@@ -2,7 +2,9 @@
 
 The same job as ``spark-submit jobs/process_packets.py``: capture log ->
 parse -> Delta tables -> AMQP forwarding. ``--once`` processes everything
-available and exits 0. Ctrl-C stops after the current batch.
+available and exits 0. Ctrl-C (SIGINT) or SIGTERM stops after the current
+batch: the batch finishes (tables, forwarding, checkpoint), no new one
+starts, exit 0. Exit 1 when the query failed; 2 when Java is missing.
 """
 
 from __future__ import annotations
@@ -20,22 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from bridge.job.pipeline import shutdown, start_query
+    from bridge.job.pipeline import run_job, shutdown
     from bridge.spark.session import build_session
 
-    from pyspark.errors import StreamingQueryException
-
-    spark = build_session(config, app_name="lakegate-job")
+    spark = build_session(config, app_name="lakegate-job")  # checks Java first (JavaMissing: exit 2)
     try:
-        query = start_query(spark, config, once=args.once)
-        try:
-            query.awaitTermination()
-        except KeyboardInterrupt:
-            log.info("stopping: finishing the current batch")
-            query.stop()
-        except StreamingQueryException as exc:
-            log.error("job failed: %s", str(exc).strip().splitlines()[0])
-            return 1
-        return 0
+        # after the session: run_job replaces PySpark's SIGINT handler (which cancels jobs)
+        return run_job(spark, config, once=args.once)
     finally:
         shutdown(spark)

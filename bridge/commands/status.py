@@ -47,6 +47,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         else:
             print("no batch reported yet (is the job running? lakegate process / lakegate run)")
         print(f"checkpoint: {out['checkpoint']}, committed batch: {batch if batch is not None else 'none'}")
-        print(f"lag now: {now_lag if now_lag is not None else 'unknown (no capture log)'} records"
-              + (f" (log end {log_end}, committed {end})" if log_end else ""))
+        if now_lag is None:
+            print("lag now: unknown (no capture log)")
+        else:
+            print(f"lag now: {now_lag} records (log end {log_end}, committed {end or {}})")
     return 0 if batch is not None else 1

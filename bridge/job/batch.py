@@ -14,6 +14,11 @@ Order and failure semantics:
    coordinates as a stable identity; a failure fails the batch and Spark
    re-runs it from the checkpoint (tables skip, forwarding sends again);
 3. table maintenance when ``tables.compact_interval_s`` has passed.
+
+Stopping: when the ``stop`` event the step was given is set, a batch that is
+running finishes, and the next batch raises ``StopRequested`` before it
+touches anything (Spark runs it again from the checkpoint on the next start),
+so a stopping job never leaves half a batch behind.
 """
 
 from __future__ import annotations
@@ -34,11 +39,21 @@ from bridge.tables.writer import TableStats, write_tables
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "partitions_aligned", "query_id_from_checkpoint", "select_forward"]
+__all__ = ["BatchStats", "BatchStep", "StopRequested", "is_stop_requested", "partitions_aligned",
+           "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
 
 PUBLISH, PUBREL = 3, 6
+
+
+class StopRequested(RuntimeError):
+    """Raised by the batch step instead of starting a batch once a stop was requested."""
+
+
+def is_stop_requested(error: object) -> bool:
+    """Whether a query's failure (exception or its text) is a ``StopRequested``."""
+    return StopRequested.__name__ in str(error)
 
 
 @dataclass
@@ -128,12 +143,14 @@ class BatchStep:
 
     def __init__(self, config: Config, engine: TableEngine, checkpoint: str | Path,
                  forward: Callable[["DataFrame", int], Any] | None = None,
-                 on_stats: Callable[[BatchStats], None] | None = None) -> None:
+                 on_stats: Callable[[BatchStats], None] | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.config = config
         self.engine = engine
         self.checkpoint = Path(checkpoint)
         self.forward = forward
         self.on_stats = on_stats
+        self.stop = stop
         self._app_id: str | None = None
         self._last_maintenance = time.monotonic()
         self._lock = threading.Lock()
@@ -148,6 +165,8 @@ class BatchStep:
         t0 = time.monotonic()
         stats = BatchStats(batch_id=batch_id)
         with self._lock:
+            if self.stop is not None and self.stop.is_set():
+                raise StopRequested(f"stop requested: batch {batch_id} runs again from the checkpoint on the next start")
             frames = frames.persist()
             try:
                 t1 = time.monotonic()

@@ -5,12 +5,22 @@
 ``lakegate run``. It takes the session and the configuration as parameters
 and never reaches for a global session. The checkpoint lives under
 ``data_dir/checkpoints/<job.query_name>``.
+
+The progress listener (``bridge.job.progress``) is one per session and
+checkpoint: the first ``start_query`` registers it, later ones (``lakegate
+run`` restarting a failed query) reuse it, ``release``/``shutdown`` remove it.
+
+``run_job`` is the loop of ``lakegate process`` and the spark-submit job:
+SIGINT/SIGTERM let the running batch finish, then the query stops.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,12 +32,17 @@ if TYPE_CHECKING:
 
     from bridge.job.progress import ProgressListener
 
-__all__ = ["checkpoint_path", "frame_rows", "shutdown", "start_query"]
+__all__ = ["checkpoint_path", "frame_rows", "progress_listener", "release", "run_job", "shutdown",
+           "start_query", "stop_after_batch"]
 
 log = logging.getLogger(__name__)
 
-#: Listeners this module added, per SparkSession (removed by ``shutdown``).
+#: How long a stop waits for the running batch to finish before stopping the query anyway.
+FINISH_BATCH_S = 60.0
+
+#: Listeners this module added, per SparkSession (removed by ``release``/``shutdown``).
 _listeners: list[tuple["SparkSession", "ProgressListener"]] = []
+_listeners_lock = threading.Lock()
 
 
 def checkpoint_path(config: Config) -> Path:
@@ -51,15 +66,38 @@ def frame_rows(records: "DataFrame") -> "DataFrame":
     return parsed.select(*cols)
 
 
+def progress_listener(spark: "SparkSession", config: Config) -> "ProgressListener":
+    """The progress listener of ``config``'s checkpoint on ``spark``: registered
+    on first use, the same object afterwards (one listener however often the
+    query restarts)."""
+    from bridge.capture import LogReader
+    from bridge.job.progress import ProgressListener
+
+    checkpoint = checkpoint_path(config)
+    with _listeners_lock:
+        for s, listener in _listeners:
+            if s is spark and listener.checkpoint == checkpoint:
+                return listener
+        reader = LogReader(config.capture_dir)
+        listener = ProgressListener(config.data_path, checkpoint=checkpoint, log_end=lambda: {
+            str(p): n for p, n in enumerate(reader.durable_offsets())})
+        spark.streams.addListener(listener)
+        _listeners.append((spark, listener))
+        return listener
+
+
 def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
-                listener: "ProgressListener | None" = None) -> "StreamingQuery":
+                listener: "ProgressListener | None" = None,
+                stop: threading.Event | None = None) -> "StreamingQuery":
     """Start the pipeline. ``once``: process everything available, then stop
     (``trigger(availableNow=True)``); otherwise a micro-batch every
-    ``job.trigger_interval_s``. Forwarding is on when ``amqp.url`` is set."""
+    ``job.trigger_interval_s``. Forwarding is on when ``amqp.url`` is set.
+
+    ``listener``: a listener the caller registered; default: this checkpoint's
+    (``progress_listener``). ``stop``: once set, no new batch starts (the
+    running one finishes; see ``bridge.job.batch``)."""
     from bridge.amqp.sink import forward_batch
-    from bridge.capture import LogReader
     from bridge.job.batch import BatchStep
-    from bridge.job.progress import ProgressListener
     from bridge.spark.source import register
     from bridge.tables.engine import make_engine
 
@@ -74,14 +112,10 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     engine = make_engine(config, spark)
     engine.ensure()
     checkpoint = checkpoint_path(config)
-    reader = LogReader(config.capture_dir)
     if listener is None:
-        listener = ProgressListener(config.data_path, log_end=lambda: {
-            str(p): n for p, n in enumerate(reader.durable_offsets())})
-        spark.streams.addListener(listener)
-        _listeners.append((spark, listener))
+        listener = progress_listener(spark, config)
     forward = functools.partial(forward_batch, config=config) if config.amqp.url else None
-    step = BatchStep(config, engine, checkpoint, forward=forward, on_stats=listener.record)
+    step = BatchStep(config, engine, checkpoint, forward=forward, on_stats=listener.record, stop=stop)
     writer = (
         frame_rows(records).writeStream.foreachBatch(step)
         .option("checkpointLocation", str(checkpoint))
@@ -92,29 +126,96 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     else:
         writer = writer.trigger(processingTime=f"{config.job.trigger_interval_s} seconds")
     query = writer.start()
-    listener.queries.append(query)  # shutdown() reports what the bus has not delivered yet
+    listener.query = query  # release() reports what the bus has not delivered yet
     log.info("job started: query=%s checkpoint=%s tables=%s engine=%s forwarding=%s",
              config.job.query_name, checkpoint, config.tables_dir, engine.name, "on" if forward else "off")
     return query
 
 
-def shutdown(spark: "SparkSession") -> None:
-    """Stop active queries, remove lakegate's listeners, stop the session.
+def stop_after_batch(query: "StreamingQuery", timeout: float = FINISH_BATCH_S) -> None:
+    """Let the batch the query is running finish (up to ``timeout``), then stop it.
 
-    Removing the Python listener first keeps the JVM from calling back into a
-    Python process that is going away.
+    Use with the ``stop`` event of ``start_query`` set: a batch that starts
+    after this looked then refuses to run, so nothing is left half done."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive", False):
+            break
+        query.awaitTermination(0.2)
+    if query.isActive:
+        if time.monotonic() >= deadline:
+            log.warning("the running batch did not finish within %.0fs; stopping the query anyway", timeout)
+        query.stop()
+
+
+def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int:
+    """Run the job until it ends (``once``) or SIGINT/SIGTERM: exit code 0, or 1
+    when the query failed.
+
+    PySpark's own SIGINT handler cancels every Spark job, which would break
+    the running batch off in the middle; this replaces it (call after the
+    session is built, from the main thread) so that the batch finishes first.
     """
+    from pyspark.errors import StreamingQueryException
+
+    from bridge.job.batch import is_stop_requested
+    from bridge.job.runner import root_cause
+
+    stop = threading.Event()
+
+    def request_stop(*_: object) -> None:
+        if not stop.is_set():
+            log.info("stopping: the current batch finishes, then the query stops")
+        stop.set()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        query = start_query(spark, config, once=once, stop=stop)
+        failure: str | None = None
+        try:
+            while not stop.is_set() and not query.awaitTermination(1):
+                pass
+        except StreamingQueryException as exc:
+            failure = str(exc)
+        if stop.is_set():
+            stop_after_batch(query)
+            if failure is None and query.exception() is not None:
+                failure = str(query.exception())
+        if failure is not None and not (stop.is_set() and is_stop_requested(failure)):
+            log.error("job failed: %s", root_cause(failure)[:500])
+            return 1
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def release(spark: "SparkSession") -> None:
+    """Report what the listener bus has not delivered yet and remove
+    lakegate's listeners from ``spark`` (the session keeps running).
+
+    Removing the Python listener keeps the JVM from calling back into a
+    Python process that is going away."""
+    with _listeners_lock:
+        mine = [(s, listener) for s, listener in _listeners if s is spark]
+        for entry in mine:
+            _listeners.remove(entry)
+    for _, listener in mine:
+        try:
+            listener.catch_up()
+        except Exception as exc:  # the session may already be stopping
+            log.debug("progress catch-up at release: %s", exc)
+        try:
+            spark.streams.removeListener(listener)
+        except Exception as exc:
+            log.debug("removing the progress listener: %s", exc)
+
+
+def shutdown(spark: "SparkSession") -> None:
+    """Stop active queries, remove lakegate's listeners, stop the session."""
     for q in spark.streams.active:
         q.stop()
-    for s, listener in _listeners:
-        if s is spark:
-            for q in listener.queries:
-                listener.catch_up(q)
-    for s, listener in list(_listeners):
-        if s is spark:
-            try:
-                spark.streams.removeListener(listener)
-            except Exception:  # the session may already be stopping
-                pass
-            _listeners.remove((s, listener))
+    release(spark)
     spark.stop()

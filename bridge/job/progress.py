@@ -7,6 +7,14 @@ summed over partitions). It logs one line and writes it to
 ``<data_dir>/job-status.json`` so that ``lakegate status`` can show the last
 batch of a running job next to the lag computed now, from the checkpoint's
 last committed offsets and the log.
+
+There is one listener per checkpoint and session (``bridge.job.pipeline``
+registers it on the first ``start_query`` and reuses it when ``lakegate run``
+restarts the query), so every batch is reported once and the totals in the
+status file add up across restarts. The listener only reports the query of
+its checkpoint (the query id Spark keeps in ``<checkpoint>/metadata``), and
+only batches after the last one it reported: a late event of a run that
+failed is not reported twice.
 """
 
 from __future__ import annotations
@@ -16,16 +24,21 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable, Mapping
 
-from bridge.job.batch import BatchStats
+from bridge.job.batch import BatchStats, is_stop_requested, query_id_from_checkpoint
 
 __all__ = ["ProgressListener", "committed_offsets", "format_line", "lag", "read_status"]
 
 log = logging.getLogger("bridge.job.progress")
 
 STATUS_FILE = "job-status.json"
+#: Progress lines the listener keeps in memory (``ProgressListener.lines``).
+LINES_KEPT = 100
+#: Batch statistics kept for progress events that have not arrived yet.
+STATS_KEPT = 100
 
 
 def lag(end: Mapping[str, int] | None, log_end: Mapping[str, int]) -> int:
@@ -47,6 +60,7 @@ def committed_offsets(checkpoint: str | Path) -> tuple[int | None, dict[str, int
 
 
 def format_line(d: Mapping) -> str:
+    """The progress line of one batch (a status-file dict)."""
     return (f"batch {d['batch_id']}: {d['input_rows']} rows, {d['rows_per_s']:.0f} rows/s, "
             f"{d['duration_ms']} ms; retained +{d['retained_upserts']}/-{d['retained_deletes']}; "
             f"quarantined {d['quarantined']}; forwarded {d['forwarded']}"
@@ -67,36 +81,64 @@ def _listener_base():
 
 class ProgressListener(_listener_base()):  # type: ignore[misc]
     """StreamingQueryListener (driver side). ``log_end()`` returns the capture
-    log's next offset per partition (``{"0": n, ...}``)."""
+    log's next offset per partition (``{"0": n, ...}``); ``checkpoint``: the
+    query's checkpoint (events of other queries on the session are ignored;
+    None reports every query)."""
 
-    def __init__(self, data_dir: str | Path, log_end: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(self, data_dir: str | Path, log_end: Callable[[], Mapping[str, int]],
+                 checkpoint: str | Path | None = None) -> None:
         super().__init__()
         self.data_dir = Path(data_dir)
         self.log_end = log_end
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self._query_id: str | None = None
         self._stats: dict[int, BatchStats] = {}
-        self._reported: set[int] = set()
-        self.queries: list = []
-        #: totals since this listener started (this job process)
+        #: the highest batch id reported (batch ids only grow along a checkpoint)
+        self.last_batch = -1
+        #: the query currently running (``shutdown`` catches up on its progress)
+        self.query = None
+        #: totals since this listener started (this job process, across query restarts)
         self.totals = {"batches": 0, "input_rows": 0, "messages": 0, "quarantined": 0, "forwarded": 0,
                        "forward_expired": 0, "retained_upserts": 0, "retained_deletes": 0}
         self._lock = threading.Lock()
-        self.lines: list[str] = []
+        #: the last LINES_KEPT progress lines
+        self.lines: deque[str] = deque(maxlen=LINES_KEPT)
 
     def record(self, stats: BatchStats) -> None:
         """Called by the batch step (same driver process) before Spark reports progress."""
         with self._lock:
             self._stats[stats.batch_id] = stats
-            for old in [b for b in self._stats if b < stats.batch_id - 100]:
+            for old in [b for b in self._stats if b < stats.batch_id - STATS_KEPT]:
                 del self._stats[old]
 
+    def _mine(self, query_id: object) -> bool:
+        """Whether an event belongs to this listener's query (the id in the
+        checkpoint's metadata; read again when another id shows up, in case
+        the checkpoint was made anew)."""
+        if self.checkpoint is None or str(query_id) == self._query_id:
+            return True
+        try:
+            current = query_id_from_checkpoint(self.checkpoint)
+        except (OSError, ValueError, KeyError):  # not written yet: not our query's event
+            return False
+        if current != self._query_id:
+            with self._lock:
+                self._query_id, self.last_batch = current, -1  # a new checkpoint starts at batch 0
+        return str(query_id) == current
+
     def onQueryStarted(self, event) -> None:
-        log.info("query started: id=%s name=%s", event.id, event.name)
+        if self._mine(event.id):
+            log.info("query started: id=%s run=%s name=%s", event.id, event.runId, event.name)
 
     def onQueryIdle(self, event) -> None:
         pass
 
     def onQueryTerminated(self, event) -> None:
-        if event.exception:
+        if not self._mine(event.id):
+            return
+        if event.exception and is_stop_requested(event.exception):
+            log.info("query stopped before its next batch (stop requested)")
+        elif event.exception:
             from bridge.job.runner import root_cause
 
             log.error("query terminated with error: %s", root_cause(event.exception)[:500])
@@ -106,22 +148,32 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
     def onQueryProgress(self, event) -> None:
         self.report(event.progress)
 
-    def catch_up(self, query) -> None:
+    def catch_up(self, query=None) -> None:
         """Report progress events the asynchronous listener bus has not
         delivered yet (a ``--once`` query can end before they arrive)."""
+        query = query if query is not None else self.query
+        if query is None:
+            return
         for p in query.recentProgress or []:
             self.report(p)
 
     def report(self, p) -> None:
-        """Log one line for a StreamingQueryProgress (once per batch id)."""
-        with self._lock:
-            if p.batchId in self._reported:
-                return
-            self._reported.add(p.batchId)
-        if p.numInputRows == 0 and p.batchId not in self._stats:
+        """Log one line for a StreamingQueryProgress and write the status file
+        (once per batch id; only batches after the last one reported)."""
+        if not self._mine(p.id):
             return
         with self._lock:
-            st = self._stats.get(p.batchId)
+            if p.batchId <= self.last_batch:
+                return
+            self.last_batch = p.batchId
+            st = self._stats.pop(p.batchId, None)
+            for old in [b for b in self._stats if b < p.batchId]:
+                del self._stats[old]
+            if p.numInputRows == 0 and st is None:
+                return
+            self._write(p, st)
+
+    def _write(self, p, st: BatchStats | None) -> None:
         end = {}
         if p.sources:
             try:

@@ -2,15 +2,21 @@
 
 * The edge (``bridge.edge.server.EdgeServer``) runs on its own asyncio loop in
   a thread; it captures and acknowledges whatever happens to the job.
+* Java is checked first (local Spark needs Java 17+): without it the
+  command says what to install in one line and starts nothing.
 * The job runs under a supervisor on the main thread: when a micro-batch
   fails (for example the AMQP peer is unreachable and the forwarder gave up
   after its retries), the supervisor logs one line, waits with backoff and
   starts the query again from its checkpoint. The tables skip what they
   already committed and forwarding sends the batch again, so forwarding
-  catches up when the peer appears: nothing lost, nothing skipped.
+  catches up when the peer appears: nothing lost, nothing skipped. The
+  backoff starts over once a restarted query completes a batch. The
+  progress listener is the same across restarts (``bridge.job.pipeline``).
 * SIGINT/SIGTERM: the edge stops accepting, closes connections (MQTT 5:
-  DISCONNECT 0x8B) and fsyncs; the query finishes the batch it is running,
-  then stops; the Spark session ends.
+  DISCONNECT 0x8B) and fsyncs; the query finishes the batch it is running
+  (no new batch starts), then stops; the Spark session ends.
+* ``data_dir/run.pid`` exists while the edge runs; it is removed on every
+  way out but SIGKILL (``running_run`` checks that its pid is alive).
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ import re
 import signal
 import socket
 import threading
-import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -39,7 +44,6 @@ log = logging.getLogger("bridge.run")
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: ``lakegate run`` writes {"pid", "edge": [[host, port, tls], ...]} here while it runs.
 RUN_PID_FILE = "run.pid"
-FINISH_BATCH_S = 60.0
 
 
 def amqp_reachable(url: str, timeout: float = 2.0) -> bool:
@@ -140,47 +144,61 @@ class Runner:
 
     def run(self, spark: "SparkSession | None" = None) -> int:
         from bridge.job.pipeline import shutdown
-        from bridge.spark.session import build_session
+        from bridge.spark.session import build_session, under_spark_submit
 
         cfg = self.config
-        edge = EdgeThread(cfg)
-        addresses = edge.start()
-        pid_file = cfg.data_path / RUN_PID_FILE
-        pid_file.write_text(json.dumps({"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}))
-        shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{h}:{p}" for h, p, tls in addresses)
-        print(f"lakegate run: edge on {shown}; data in {cfg.data_path}", flush=True)
-        if cfg.amqp.url:
-            peer = mask_secret("amqp.url", cfg.amqp.url)
-            if amqp_reachable(cfg.amqp.url):
-                print(f"lakegate run: forwarding to {peer}", flush=True)
-            else:
-                print(f"lakegate run: AMQP peer {peer} is unreachable; capturing continues and "
-                      "forwarding catches up when it appears", flush=True)
-        else:
-            print("lakegate run: AMQP forwarding off (amqp.url is empty)", flush=True)
         own_session = spark is None
-        spark = spark or build_session(cfg, app_name="lakegate-run")
-        # After the session: PySpark's SparkContext installs its own SIGINT
-        # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, self.request_stop)
+        if own_session and not under_spark_submit():
+            from bridge.javacheck import require_java
+
+            require_java()  # JavaMissing (one line, exit 2) before the edge or run.pid exist
+        self._handle_signals()
+        edge = EdgeThread(cfg)
+        pid_file = cfg.data_path / RUN_PID_FILE
+        wrote_pid = False
         try:
+            addresses = edge.start()
+            pid_file.write_text(json.dumps({"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}))
+            wrote_pid = True
+            shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{h}:{p}" for h, p, tls in addresses)
+            print(f"lakegate run: edge on {shown}; data in {cfg.data_path}", flush=True)
+            if cfg.amqp.url:
+                peer = mask_secret("amqp.url", cfg.amqp.url)
+                if amqp_reachable(cfg.amqp.url):
+                    print(f"lakegate run: forwarding to {peer}", flush=True)
+                else:
+                    print(f"lakegate run: AMQP peer {peer} is unreachable; capturing continues and "
+                          "forwarding catches up when it appears", flush=True)
+            else:
+                print("lakegate run: AMQP forwarding off (amqp.url is empty)", flush=True)
+            if self._stop.is_set():
+                return 0
+            if own_session:
+                spark = build_session(cfg, app_name="lakegate-run")
+            # Again after the session: PySpark's SparkContext installs its own SIGINT
+            # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
+            self._handle_signals()
             return self._supervise(spark, edge)
         finally:
             edge.stop(cfg.edge.shutdown_grace_s + 10)
-            if own_session:
+            if own_session and spark is not None:
                 shutdown(spark)
-            pid_file.unlink(missing_ok=True)
+            if wrote_pid:  # not another run's file (a second run on this data_dir fails at edge.start)
+                pid_file.unlink(missing_ok=True)
+
+    def _handle_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self.request_stop)
 
     def _supervise(self, spark: "SparkSession", edge: EdgeThread) -> int:
         from pyspark.errors import StreamingQueryException
 
         from bridge.job.pipeline import start_query
 
-        failures = 0
+        failures = 0  # consecutive runs of the query that failed without completing a batch
         while not self._stop.is_set():
-            query = start_query(spark, self.config)
+            query = start_query(spark, self.config, stop=self._stop)
             failure: str | None = None
             while not self._stop.is_set() and query.isActive:
                 if not edge.alive:
@@ -192,9 +210,14 @@ class Runner:
                 except StreamingQueryException as exc:
                     failure = root_cause(str(exc))
                     break
+                if failures and query.lastProgress is not None:
+                    log.info("job: the restarted query completed a batch; backoff starts over")
+                    failures = 0
             if self._stop.is_set():
                 self._finish(query, edge)
                 return 1 if (edge.server.failed or edge.error) else 0
+            if query.lastProgress is not None:  # this run completed a batch before it failed
+                failures = 0
             delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
             log.warning("job: micro-batch failed (%s); capture continues; restarting from the checkpoint in %.0fs",
@@ -204,12 +227,7 @@ class Runner:
 
     def _finish(self, query, edge: EdgeThread) -> None:
         """Stop the edge first (no new data), then let the query finish its batch."""
+        from bridge.job.pipeline import stop_after_batch
+
         edge.stop(self.config.edge.shutdown_grace_s + 10)
-        deadline = time.monotonic() + FINISH_BATCH_S
-        while query.isActive and time.monotonic() < deadline:
-            status = query.status
-            if not status.get("isTriggerActive", False):
-                break
-            query.awaitTermination(0.2)
-        if query.isActive:
-            query.stop()
+        stop_after_batch(query)

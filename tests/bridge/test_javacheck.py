@@ -46,13 +46,33 @@ def test_the_real_java_is_17_or_newer():
     assert require_java() >= 17
 
 
-def test_cli_reports_missing_java_in_one_line(tmp_path):
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", ["run", "process"])
+@pytest.mark.parametrize("where", ["path", "java_home"])
+def test_cli_reports_missing_java_in_one_line_and_starts_nothing(tmp_path, command, where):
+    """The real command line, with no java to find: exit 2, one line on stderr
+    saying which Java to install, and (``lakegate run``) no edge, no run.pid."""
     import subprocess
     import sys
+    from pathlib import Path
 
-    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
-    code = "from bridge.config import Config; from bridge.spark.session import build_session; build_session(Config())"
-    out = subprocess.run([sys.executable, "-c", f"import sys\ntry:\n    {code}\nexcept Exception as e:\n    print(type(e).__name__, e, file=sys.stderr); sys.exit(2)"],
-                         capture_output=True, text=True, env=env)
-    assert out.returncode == 2
-    assert out.stderr.strip().startswith("JavaMissing lakegate: Spark needs Java 17+")
+    empty = tmp_path / "nojava"
+    empty.mkdir()
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_") and k != "JAVA_HOME"}
+    env["PATH"] = str(empty)
+    if where == "java_home":
+        env["JAVA_HOME"] = str(empty)
+    out = subprocess.run([sys.executable, "-m", "bridge", command, "--set", f"data_dir={data}",
+                          "--set", "edge.port=0", "--set", "amqp.url="],
+                         capture_output=True, text=True, env=env, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    why = f"JAVA_HOME={empty} has no bin/java" if where == "java_home" else "no java on PATH"
+    assert lines[0].startswith(f"lakegate: Spark needs Java 17+ but found none ({why}); install Java 17 or newer")
+    assert "openjdk-17-jre-headless" in lines[0]
+    assert out.stdout == ""  # nothing started, nothing announced
+    assert not (data / "run.pid").exists()
+    assert not (data / "capture").exists()  # the edge never opened its capture log

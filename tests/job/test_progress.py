@@ -1,0 +1,236 @@
+"""Progress: the line, the status file, one listener per checkpoint across
+query restarts, and the supervisor's backoff."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from bridge.job.batch import BatchStats
+from bridge.job.progress import LINES_KEPT, STATUS_FILE, ProgressListener, format_line, read_status
+from bridge.tables.writer import TableStats
+from tests.waiting import wait_for
+
+ROW = {"batch_id": 12, "input_rows": 1500, "rows_per_s": 3199.6, "duration_ms": 470, "retained_upserts": 12,
+       "retained_deletes": 3, "quarantined": 2, "forwarded": 1480, "lag": 7}
+
+
+def test_format_line_shows_every_field():
+    assert format_line(ROW) == ("batch 12: 1500 rows, 3200 rows/s, 470 ms; retained +12/-3; "
+                                "quarantined 2; forwarded 1480; lag 7")
+
+
+def test_format_line_shows_expired_forwards_only_when_there_are_some():
+    assert "; forwarded 1480 (expired 4); lag 7" in format_line({**ROW, "forward_expired": 4})
+    assert "expired" not in format_line({**ROW, "forward_expired": 0})
+
+
+# ---------------------------------------------------------------- listener
+
+
+def _progress(batch, rows, *, qid="q-1", end=None, rate=250.0, ms=40):
+    src = SimpleNamespace(endOffset=json.dumps(end if end is not None else {"0": 10 * (batch + 1)}))
+    return SimpleNamespace(id=qid, batchId=batch, numInputRows=rows, processedRowsPerSecond=rate,
+                           batchDuration=ms, sources=[src])
+
+
+def _stats(batch, messages, *, quarantined=0, upserts=0, deletes=0, forwarded=0, expired=0):
+    return BatchStats(batch_id=batch, tables=TableStats(messages=messages, quarantined=quarantined,
+                                                        retained_upserts=upserts, retained_deletes=deletes,
+                                                        skipped_tables=()),
+                      forwarded=forwarded, forward_expired=expired)
+
+
+@pytest.fixture
+def listener(tmp_path):
+    checkpoint = tmp_path / "checkpoints" / "lakegate"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"q-1"}\n')
+    return ProgressListener(tmp_path, log_end=lambda: {"0": 25, "1": 4}, checkpoint=checkpoint)
+
+
+def test_status_file_has_the_batch_the_line_and_totals(listener, tmp_path):
+    listener.record(_stats(0, 9, quarantined=1, upserts=3, deletes=1, forwarded=8, expired=1))
+    listener.report(_progress(0, 10, end={"0": 20, "1": 4}, rate=123.4, ms=81))
+    st = read_status(tmp_path)
+    assert {k: st[k] for k in ("batch_id", "input_rows", "rows_per_s", "duration_ms", "retained_upserts",
+                               "retained_deletes", "quarantined", "messages", "forwarded", "forward_expired",
+                               "lag", "end_offsets", "query_id")} == {
+        "batch_id": 0, "input_rows": 10, "rows_per_s": 123.4, "duration_ms": 81, "retained_upserts": 3,
+        "retained_deletes": 1, "quarantined": 1, "messages": 9, "forwarded": 8, "forward_expired": 1,
+        "lag": 5, "end_offsets": {"0": 20, "1": 4}, "query_id": "q-1"}  # lag: (25 - 20) + (4 - 4)
+    assert st["totals"] == {"batches": 1, "input_rows": 10, "messages": 9, "quarantined": 1, "forwarded": 8,
+                            "forward_expired": 1, "retained_upserts": 3, "retained_deletes": 1}
+    assert list(listener.lines) == [format_line(st)]
+    assert not (tmp_path / (STATUS_FILE + ".tmp")).exists()
+
+
+def test_each_batch_once_and_totals_add_up_across_a_restart(listener, tmp_path):
+    listener.record(_stats(0, 5, forwarded=5))
+    listener.report(_progress(0, 5))
+    # the query fails in batch 1 and restarts from its checkpoint: batch 1 runs again
+    listener.record(_stats(1, 7, forwarded=7))
+    listener.report(_progress(1, 7))
+    listener.report(_progress(1, 7))  # catch-up and the listener bus both deliver it
+    listener.report(_progress(0, 5))  # a late event of the run that failed
+    listener.record(_stats(2, 3, forwarded=3))
+    listener.report(_progress(2, 3))
+    assert [int(re.match(r"batch (\d+):", x).group(1)) for x in listener.lines] == [0, 1, 2]
+    st = read_status(tmp_path)
+    assert st["batch_id"] == 2
+    assert st["totals"]["batches"] == 3
+    assert st["totals"]["input_rows"] == st["totals"]["messages"] == st["totals"]["forwarded"] == 15
+
+
+def test_other_queries_on_the_session_are_not_reported(listener, tmp_path):
+    listener.report(_progress(0, 5, qid="some-other-query"))
+    assert read_status(tmp_path) is None and not listener.lines
+
+
+def test_a_checkpoint_made_anew_starts_again_at_batch_0(listener, tmp_path):
+    listener.report(_progress(3, 5))
+    (tmp_path / "checkpoints" / "lakegate" / "metadata").write_text('{"id":"q-2"}\n')
+    listener.report(_progress(0, 2, qid="q-2"))
+    listener.report(_progress(4, 2, qid="q-1"))  # the old query's id is not this checkpoint's any more
+    assert [x.split(":")[0] for x in listener.lines] == ["batch 3", "batch 0"]
+    assert read_status(tmp_path)["query_id"] == "q-2"
+
+
+def test_memory_is_bounded(listener):
+    for b in range(LINES_KEPT + 50):
+        listener.record(_stats(b, 1))
+        listener.report(_progress(b, 1))
+    assert len(listener.lines) == LINES_KEPT
+    assert listener.lines[-1].startswith(f"batch {LINES_KEPT + 49}:")
+    assert listener._stats == {}  # reported batches' statistics are dropped
+    for b in range(1000, 1300):  # statistics of batches whose progress never arrives
+        listener.record(_stats(b, 1))
+    assert len(listener._stats) <= 101
+
+
+# ---------------------------------------------------------------- supervisor backoff
+
+
+class _FailingQuery:
+    """A query that fails at once; ``progressed``: it completed a batch first."""
+
+    def __init__(self, progressed: bool) -> None:
+        self.progressed = progressed
+        self.isActive = True
+        self.status = {"isTriggerActive": False}
+
+    @property
+    def lastProgress(self):
+        return {"batchId": 3} if self.progressed else None
+
+    def awaitTermination(self, timeout=None):
+        from pyspark.errors import StreamingQueryException
+
+        self.isActive = False
+        raise StreamingQueryException(message="RuntimeError: peer down (test)")
+
+    def stop(self):
+        self.isActive = False
+
+
+class _RecordingStop(threading.Event):
+    """The runner's stop event: records each backoff wait instead of waiting."""
+
+    def __init__(self, waits: int) -> None:
+        super().__init__()
+        self.delays: list[float] = []
+        self.waits = waits
+
+    def wait(self, timeout=None):
+        self.delays.append(timeout)
+        if len(self.delays) >= self.waits:
+            self.set()
+        return self.is_set()
+
+
+def _edge():
+    return SimpleNamespace(alive=True, server=SimpleNamespace(failed=None), error=None, stop=lambda *a: None)
+
+
+def test_backoff_starts_over_after_a_restarted_query_completed_a_batch(monkeypatch):
+    from bridge.config import Config
+    from bridge.job import pipeline
+    from bridge.job.runner import BACKOFF_S, Runner
+
+    plan = [False] * 6 + [True] + [False] * 2  # 6 outages in a row, a batch completes, 2 more outages
+    runs = iter(plan)
+    monkeypatch.setattr(pipeline, "start_query", lambda spark, config, **kw: _FailingQuery(next(runs)))
+    runner = Runner(Config())
+    runner._stop = _RecordingStop(len(plan))
+    assert runner._supervise(None, _edge()) == 0
+    assert BACKOFF_S == (1.0, 2.0, 5.0, 10.0, 30.0)
+    assert runner._stop.delays == [1.0, 2.0, 5.0, 10.0, 30.0, 30.0, 1.0, 2.0, 5.0]
+
+
+# ---------------------------------------------------------------- real Spark: restarts
+
+
+@pytest.mark.spark
+def test_restarted_query_has_one_listener_and_reports_each_batch_once(spark, tmp_path, monkeypatch, caplog):
+    """The first batch fails in forwarding; ``lakegate run``'s supervisor
+    restarts the query. Every batch is then logged once, with its real
+    numbers, and the status file's totals count each batch once."""
+    from bridge.amqp import sink
+    from bridge.capture import CaptureLog
+    from bridge.config import load_config
+    from bridge.job import pipeline, runner as runner_mod
+    from bridge.job.runner import Runner
+    from tests.job.frames import append_publish
+
+    caplog.set_level(logging.INFO, logger="bridge.job.progress")
+    cfg = load_config(None, [f"data_dir={tmp_path}", "capture.partitions=2", "amqp.url=amqp://127.0.0.1:1",
+                             "tables.engine=delta-rs", "job.trigger_interval_s=0.2"], env={})
+    calls: list[int] = []
+
+    def forward(frames, batch_id, *, config, aligned=False):
+        calls.append(batch_id)
+        if len(calls) == 1:
+            raise RuntimeError("AMQP peer down (test)")
+        return {"accepted": frames.count()}
+
+    monkeypatch.setattr(sink, "forward_batch", forward)
+    monkeypatch.setattr(runner_mod, "BACKOFF_S", (0.1,))
+    jvm_listeners = len(spark.streams._jsqm.listListeners())  # noqa: SLF001 - no public API lists them
+
+    log = CaptureLog.open(cfg.capture_dir, cfg.capture)
+    runner = Runner(cfg)
+    done: list[int] = []
+    thread = threading.Thread(target=lambda: done.append(runner._supervise(spark, _edge())), daemon=True)
+    try:
+        for a in [append_publish(log, f"c{i % 3}", f"dev/{i % 4}", b"v%d" % i, retain=i % 2 == 0) for i in range(30)]:
+            a.wait(10)
+        thread.start()
+        wait_for(lambda: (read_status(tmp_path) or {}).get("batch_id") == 0, timeout=180, what="batch 0 after the restart")
+        for a in [append_publish(log, "c9", "dev/x", b"w%d" % i) for i in range(20)]:
+            a.wait(10)
+        wait_for(lambda: (read_status(tmp_path) or {}).get("totals", {}).get("input_rows") == 50, timeout=120,
+                 what="the second 20 records to be reported")
+        ours = [lst for s, lst in pipeline._listeners if s is spark]
+        assert len(ours) == 1, "one progress listener for the checkpoint, however often the query restarts"
+        assert len(spark.streams._jsqm.listListeners()) == jvm_listeners + 1  # noqa: SLF001
+    finally:
+        runner.request_stop()
+        thread.join(120)
+        log.close()
+        pipeline.release(spark)
+    assert done == [0]
+    assert calls[0] == 0 and calls.count(0) == 2, calls  # batch 0 failed once, then ran again
+    assert len(spark.streams._jsqm.listListeners()) == jvm_listeners  # noqa: SLF001 - release removed it
+    lines = [r.getMessage() for r in caplog.records if r.name == "bridge.job.progress" and r.getMessage().startswith("batch ")]
+    per_batch = Counter(int(re.match(r"batch (\d+):", x).group(1)) for x in lines)
+    assert per_batch and set(per_batch.values()) == {1}, lines
+    assert all(re.search(r"forwarded [1-9]", x) for x in lines), lines  # no zeros from a stale listener
+    st = read_status(tmp_path)
+    assert st["totals"]["input_rows"] == st["totals"]["messages"] == st["totals"]["forwarded"] == 50
+    assert st["totals"]["batches"] == len(per_batch)
