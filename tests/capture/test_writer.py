@@ -20,7 +20,7 @@ from bridge.capture import partition as partition_mod
 from bridge.capture.layout import partition_dir
 from bridge.capture.segment import list_segments, read_index, segment_path
 from bridge.config import CaptureConfig
-from tests.capture.util import append_range, conn, frame, headers, key, open_log
+from tests.capture.util import FsyncGate, append_range, conn, frame, headers, key, open_log
 
 
 def test_append_assigns_dense_offsets_per_partition_and_keeps_connection_order(tmp_path):
@@ -157,24 +157,9 @@ def test_close_makes_everything_durable(tmp_path):
     assert sum(LogReader(tmp_path).durable_offsets()) == 20
 
 
-class _Gate:
-    """Stands in for os.fdatasync: blocks until opened (a disk that cannot keep up)."""
-
-    def __init__(self):
-        self.open = threading.Event()
-        self.entered = threading.Event()
-        self.real = os.fdatasync
-
-    def __call__(self, fd):
-        self.entered.set()
-        if not self.open.wait(30):
-            raise OSError(errno.EIO, "test gate never opened")
-        self.real(fd)
-
-
 def test_back_pressure_blocks_appends_and_bounds_memory(tmp_path, monkeypatch):
     log = open_log(tmp_path, fsync_interval_ms=0, max_pending_bytes=4096)
-    gate = _Gate()
+    gate = FsyncGate()
     monkeypatch.setattr(partition_mod.os, "fdatasync", gate)
     try:
         first = log.append("c", b"k", b"x" * 1000)
@@ -242,7 +227,7 @@ def test_failed_fsync_is_never_reported_durable(tmp_path, monkeypatch):
 
 def test_reader_sees_only_durable_records(tmp_path, monkeypatch):
     log = open_log(tmp_path, partitions=1, fsync_interval_ms=0)
-    gate = _Gate()
+    gate = FsyncGate()
     log.append("c", b"k", b"v0").wait(10)
     monkeypatch.setattr(partition_mod.os, "fdatasync", gate)
     try:

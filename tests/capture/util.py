@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
+
 from bridge.capture import CaptureLog
 
 #: small and fast policies for tests
@@ -40,3 +44,19 @@ def append_range(log: CaptureLog, start: int, stop: int, connections: int = 7):
 
 def open_log(path, **kw) -> CaptureLog:
     return CaptureLog.open(path, **{**FAST, **kw})
+
+
+class FsyncGate:
+    """Stands in for os.fdatasync: blocks until ``open`` is set (a disk that
+    cannot keep up); ``entered`` is set once a sync is waiting."""
+
+    def __init__(self):
+        self.open = threading.Event()
+        self.entered = threading.Event()
+        self.real = os.fdatasync
+
+    def __call__(self, fd):
+        self.entered.set()
+        if not self.open.wait(30):
+            raise OSError(errno.EIO, "test gate never opened")
+        self.real(fd)

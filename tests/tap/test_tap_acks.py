@@ -9,7 +9,6 @@ of these tests fails with that behaviour.
 """
 
 import errno
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from bridge.capture import CaptureWriteError
 from bridge.capture import partition as partition_mod
 from bridge.mqtt import decode_packet
 from bridge.tap import PAHO_VERIFIED, PahoVersionError, TapError, check_paho
+from tests.capture.util import FsyncGate
 from tests.tap.util import Running, publish, records, tap_config
 from tests.tap.wire import DISCONNECT, PUBACK, PUBCOMP, PUBLISH, PUBREC, UNSUBSCRIBE, Relay
 from tests.waiting import wait_for
@@ -30,21 +30,6 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.broker
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Gate:
-    """Stands in for os.fdatasync: blocks until opened (a disk that cannot keep up)."""
-
-    def __init__(self):
-        self.open = threading.Event()
-        self.entered = threading.Event()
-        self.real = os.fdatasync
-
-    def __call__(self, fd):
-        self.entered.set()
-        if not self.open.wait(30):
-            raise OSError(errno.EIO, "test gate never opened")
-        self.real(fd)
 
 
 @pytest.fixture
@@ -82,7 +67,7 @@ def test_puback_and_pubrec_leave_only_after_the_record_is_durable(mosquitto, rel
     running = Running(cfg, prefix)
     tap = running.tap
     relay.probe = lambda: tap.log.durable_offsets()[0]  # records durable when the tap's packet is seen
-    gate = _Gate()
+    gate = FsyncGate()
     monkeypatch.setattr(partition_mod.os, "fdatasync", gate)
     try:
         publish(host, port, [(f"{prefix}/q1", b"one", 1, False, None), (f"{prefix}/q2", b"two", 2, False, None),
@@ -119,7 +104,7 @@ def test_qos2_resent_after_a_reconnect_before_pubrec_is_captured_again_marked_du
     cfg = tap_config(tmp_path, "127.0.0.1", relay.port)
     running = Running(cfg, prefix)
     tap = running.tap
-    gate = _Gate()
+    gate = FsyncGate()
     monkeypatch.setattr(partition_mod.os, "fdatasync", gate)
     try:
         publish(host, port, [(f"{prefix}/once", b"payload", 2, False, None)])
