@@ -92,8 +92,9 @@ def _as_of(text: str | None) -> int | str | None:
 
 def _spark_message(exc: BaseException) -> str:
     """Spark's own message in one line (error class, text, SQLSTATE), without the JVM stack or query context."""
-    text = str(exc).strip()
-    msg = text.splitlines()[0].strip() if text else type(exc).__name__
+    from bridge.tables.engine import one_line
+
+    msg = one_line(exc)
     return msg.split("; line ")[0] if "SQLSTATE" in msg else msg
 
 

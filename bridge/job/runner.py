@@ -210,13 +210,11 @@ class Runner:
                 except StreamingQueryException as exc:
                     failure = root_cause(str(exc))
                     break
-                if failures and query.lastProgress is not None:
-                    log.info("job: the restarted query completed a batch; backoff starts over")
-                    failures = 0
             if self._stop.is_set():
                 self._finish(query, edge)
                 return 1 if (edge.server.failed or edge.error) else 0
-            if query.lastProgress is not None:  # this run completed a batch before it failed
+            if failures and query.lastProgress is not None:  # this run completed a batch before it failed
+                log.info("job: the restarted query had completed a batch; backoff starts over")
                 failures = 0
             delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
