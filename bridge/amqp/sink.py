@@ -21,6 +21,7 @@ edge's ``ack_after = "forward"`` waits on it.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import logging
@@ -32,7 +33,7 @@ from bridge.config import AmqpConfig, Config
 if TYPE_CHECKING:  # pragma: no cover
     from bridge.amqp.sender import ForwardResult, Forwarder
 
-__all__ = ["COUNTS_DDL", "forward_batch", "forward_rows", "forwarder_for"]
+__all__ = ["COUNTS_DDL", "close_forwarders", "forward_batch", "forward_rows", "forwarder_for"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -58,10 +59,27 @@ def forwarder_for(amqp: AmqpConfig) -> "Forwarder":
 
     key = tuple(sorted(dataclasses.asdict(amqp).items()))
     with _forwarders_lock:
+        if not _forwarders:
+            # Registered after proton was imported, so it runs before proton's own
+            # exit-time cleanup: a forwarder thread still running then aborts
+            # the interpreter (cffi handles of collected objects).
+            atexit.register(close_forwarders)
         fwd = _forwarders.get(key)
         if fwd is None or not fwd.alive:
             fwd = _forwarders[key] = Forwarder(amqp)
         return fwd
+
+
+def close_forwarders() -> None:
+    """Close this process's cached Forwarders (at exit)."""
+    with _forwarders_lock:
+        fwds = list(_forwarders.values())
+        _forwarders.clear()
+    for fwd in fwds:
+        try:
+            fwd.close()
+        except Exception as exc:  # noqa: BLE001 - exiting anyway
+            log.debug("closing a forwarder at exit: %s", exc)
 
 
 def forward_rows(rows: Iterator[dict[str, Any]], amqp: AmqpConfig, data_dir: str | None) -> "ForwardResult":

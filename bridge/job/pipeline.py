@@ -137,11 +137,16 @@ def stop_after_batch(query: "StreamingQuery", timeout: float = FINISH_BATCH_S) -
 
     Use with the ``stop`` event of ``start_query`` set: a batch that starts
     after this looked then refuses to run, so nothing is left half done."""
+    from pyspark.errors import StreamingQueryException
+
     deadline = time.monotonic() + timeout
     while query.isActive and time.monotonic() < deadline:
         if not query.status.get("isTriggerActive", False):
             break
-        query.awaitTermination(0.2)
+        try:
+            query.awaitTermination(0.2)
+        except StreamingQueryException:
+            break  # it ended with an error (a batch that refused to start: StopRequested); see query.exception()
     if query.isActive:
         if time.monotonic() >= deadline:
             log.warning("the running batch did not finish within %.0fs; stopping the query anyway", timeout)

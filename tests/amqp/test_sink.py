@@ -105,3 +105,30 @@ def test_aligned_batch_from_the_source_is_forwarded_without_a_shuffle_in_capture
         offsets = [int(m.properties[ID_PROPERTY].rsplit("/", 1)[1]) for m in msgs
                    if m.properties[ID_PROPERTY].startswith(f"mqtt-frames/{p}/")]
         assert offsets == sorted(offsets) and offsets  # capture order per partition
+
+
+def test_cached_forwarders_are_closed_at_exit_before_protons_cleanup(rabbitmq, tmp_path):
+    # A forwarder thread still running when proton cleans up at exit aborts the
+    # interpreter. The child registers its check first, so it runs last (atexit
+    # is last in, first out) and sees what the sink's own handler left.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = f"""
+import atexit
+from bridge.amqp.sink import forwarder_for
+from bridge.config import load_config
+from tests.amqp.rows import row
+
+fwd = None
+atexit.register(lambda: print("thread alive at exit:", fwd._thread.is_alive()))
+cfg = load_config(None, ["amqp.url={rabbitmq}"], env={{}}).amqp
+fwd = forwarder_for(cfg)
+fwd.forward([row("lakegate/test/exit", 0, payload=b"x")])
+print("thread alive after forwarding:", fwd._thread.is_alive())
+"""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["thread alive after forwarding: True", "thread alive at exit: False"]

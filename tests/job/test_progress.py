@@ -173,6 +173,27 @@ def test_backoff_starts_over_after_a_restarted_query_completed_a_batch(monkeypat
     assert runner._stop.delays == [1.0, 2.0, 5.0, 10.0, 30.0, 30.0, 1.0, 2.0, 5.0]
 
 
+def test_stop_after_batch_returns_when_the_batch_it_waits_for_refuses_to_start():
+    # A stop was requested while the trigger was starting a batch: the batch
+    # raises StopRequested and the query ends with it; waiting must not raise.
+    from pyspark.errors import StreamingQueryException
+
+    from bridge.job.pipeline import stop_after_batch
+
+    class Starting(_FailingQuery):
+        def __init__(self):
+            super().__init__(progressed=True)
+            self.status = {"isTriggerActive": True}
+
+        def awaitTermination(self, timeout=None):
+            self.isActive = False
+            raise StreamingQueryException(message="StopRequested: stop requested: batch 4 runs again (test)")
+
+    q = Starting()
+    stop_after_batch(q, timeout=5)
+    assert not q.isActive
+
+
 # ---------------------------------------------------------------- real Spark: restarts
 
 
