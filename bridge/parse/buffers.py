@@ -7,9 +7,10 @@
 * :func:`read_u8`, :func:`read_u16`, :func:`read_u32` read big-endian integers
   at a vector of positions (callers check bounds first).
 * :func:`take_ranges` builds a ``binary`` array of ``data[start:start+len]``
-  for every row, in one C++ copy: the ranges are described as a
-  ``binary_view`` array that points into ``data`` (no copy), which Arrow then
-  casts to ``binary``.
+  for every row, in one C++ copy: ranges in buffer order are the odd rows of
+  a ``binary`` array over ``data`` (no copy) that Arrow ``take``s; others are
+  described as a ``binary_view`` array that points into ``data`` (no copy),
+  which Arrow then casts to ``binary``.
 
 Runs on executors (inside the parser's pandas UDF); imports only numpy and
 pyarrow.
@@ -171,33 +172,77 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
     """A ``binary`` array whose row i is ``data[start[i]:start[i]+length[i]]``
     (null where ``valid`` is False). ``data`` is the numpy view of ``buffer``.
 
-    Vectorised: the non-empty ranges of valid rows become a ``binary_view``
-    array pointing into ``buffer`` (built with numpy, values of at most 12
-    bytes inlined), which Arrow casts to ``binary`` -- one C++ copy of just
-    those bytes; the offsets of all rows (empty for the others) are a numpy
-    cumulative sum over the same value buffer.
+    One C++ copy of just those bytes, two ways:
+
+    * the ranges come in buffer order without overlapping (what the parser
+      cuts: fields of frames stored in row order): they and the gaps between
+      them are the rows of one ``binary`` array over ``buffer`` (its offsets
+      are the range bounds, interleaved by numpy; no copy), and Arrow's
+      ``take`` of the odd rows copies the ranges;
+    * otherwise, the non-empty ranges become a ``binary_view`` array pointing
+      into ``buffer`` (built with numpy, values of at most 12 bytes inlined),
+      which Arrow casts to ``binary``.
     """
     n = len(start)
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
     keep = length > 0 if valid is None else (valid & (length > 0))
-    sel = np.flatnonzero(keep)
     lens = np.where(keep, length, 0)
+    total = int(lens.sum())
+    if total > _I32_MAX:
+        raise ValueError("take_ranges: more than 2 GiB of values for a binary array")
+    bitmap, nulls = None, 0
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = int(n - np.count_nonzero(valid))
+    ranges = ranges_array(buffer, data, start, lens, keep)
+    if ranges is not None:
+        odd = np.arange(1, 2 * n, 2, dtype=np.int32)
+        return ranges.take(pa.Array.from_buffers(pa.int32(), n, [bitmap, pa.py_buffer(odd)],
+                                                 null_count=nulls))
+    sel = np.flatnonzero(keep)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise ValueError("take_ranges: more than 2 GiB of values for a binary array")
     if len(sel):
         part = _views(buffer, data, start[sel], length[sel], None, pa.binary_view())
         values = part.cast(pa.binary()).buffers()[2]
     else:
         values = pa.py_buffer(b"")
-    bitmap, nulls = None, 0
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        nulls = int(n - np.count_nonzero(valid))
     return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.astype(np.int32)),
                                                   values], null_count=nulls)
+
+
+_I32_MAX = np.iinfo(np.int32).max
+
+
+def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
+                 keep: np.ndarray | None = None) -> pa.BinaryArray | None:
+    """The ranges ``data[start[i]:start[i]+length[i]]`` (empty where ``keep``
+    is False) as the odd rows of one ``binary`` array over ``buffer``,
+    without copying: row 2i is the gap before range i, row 2i+1 range i.
+    Arrow kernels then run over the ranges in place (a ``take`` of the odd
+    rows copies them; a string predicate judges them).
+
+    None when the kept ranges are not in buffer order or overlap, or the
+    buffer is over 2 GiB (the caller falls back to views)."""
+    n = len(start)
+    start = np.asarray(start, dtype=np.int64)
+    length = np.asarray(length, dtype=np.int64)
+    if keep is None:
+        keep = length > 0
+    if len(data) > _I32_MAX:
+        return None
+    bounds = np.empty(2 * n + 1, dtype=np.int64)
+    bounds[0] = 0
+    starts = bounds[1::2]
+    starts[:] = np.where(keep, start, 0)
+    np.add(starts, np.where(keep, length, 0), out=bounds[2::2])
+    np.maximum.accumulate(bounds, out=bounds)
+    # a kept range that starts before the previous one ends was moved: refuse
+    if not np.array_equal(starts, np.where(keep, start, starts)):
+        return None
+    return pa.Array.from_buffers(pa.binary(), 2 * n,
+                                 [None, pa.py_buffer(bounds.astype(np.int32)), buffer])
 
 
 def string_view(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,

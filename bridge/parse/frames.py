@@ -53,7 +53,7 @@ from bridge.mqtt.fixed_header import CLIENT_ONLY, REQUIRED_FLAGS, SERVER_ONLY, P
 from bridge.mqtt.reason_codes import check_reason
 from bridge.parse import utf8
 from bridge.parse.buffers import (
-    frame_buffers, frames_array, read_u16, string_view, take_ranges,
+    frame_buffers, frames_array, read_u16, take_ranges,
 )
 from bridge.parse.columns import PARSED_SCHEMA, Outputs, assemble
 from bridge.parse.problems import Problems, check
@@ -421,14 +421,22 @@ def _publish_session_checks(P, out, buffer, data, alias):
         if len(text):
             rows = pr5[text]
             ps, pl = out.payload_start[rows], out.payload_len[rows]
-            views = string_view(buffer, data, ps, pl)
             good = np.ones(len(rows), dtype=bool)
-            # Arrow validates UTF-8 in C++ without copying, first all of them,
-            # then (when that fails) block by block; only the blocks that fail
-            # are checked row by row, by numpy. Python runs once per block.
-            for lo in _failing_blocks(views, 0, len(rows)):
-                hi = min(lo + _PAYLOAD_BLOCK, len(rows))
-                good[lo:hi] = _payloads_well_formed(buffer, data, ps[lo:hi], pl[lo:hi])
+            # The payloads are copied back to back by Arrow, which also finds
+            # the ASCII ones (well formed; the common case). The others are
+            # validated by Arrow in blocks, and the rows of the blocks that
+            # fail by numpy. Python runs once per block.
+            texts = take_ranges(buffer, data, ps, pl).view(pa.string())
+            other = np.flatnonzero(~pc.string_is_ascii(texts).to_numpy(zero_copy_only=False))
+            if len(other):
+                rest = texts.take(other)
+                for lo in _failing_blocks(rest, 0, len(other)):
+                    blk = rest.slice(lo, _PAYLOAD_BLOCK)
+                    _, ob, vb = blk.buffers()
+                    off = np.frombuffer(ob, dtype=np.int32, count=blk.offset + len(blk) + 1)
+                    vals = np.frombuffer(vb, dtype=np.uint8)
+                    good[other[lo:lo + len(blk)]] = utf8.well_formed(
+                        vals, off[blk.offset:].astype(np.int64))
             P.fail(rows, PAYLOAD_NOT_UTF8, 0, ~good)
 
 
@@ -449,14 +457,6 @@ def _failing_blocks(views: pa.Array, lo: int, hi: int) -> list[int]:
         return []
     return [b for b in range(lo, hi, _PAYLOAD_BLOCK)
             if not _utf8_ok(views.slice(b, min(_PAYLOAD_BLOCK, hi - b)))]
-
-
-def _payloads_well_formed(buffer, data, start, length) -> np.ndarray:
-    arr = take_ranges(buffer, data, start, length)
-    _, ob, vb = arr.buffers()
-    off = np.frombuffer(ob, dtype=np.int32, count=len(arr) + 1).astype(np.int64)
-    vals = np.frombuffer(vb, dtype=np.uint8) if vb is not None and vb.size else np.zeros(1, np.uint8)
-    return utf8.well_formed(vals, off)
 
 
 def _acks(P, out, data, ptype, lv, client, body, bend):

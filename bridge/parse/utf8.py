@@ -21,9 +21,12 @@ continuation byte is orphaned). Code points are decoded at the lead bytes
 only, for the disallowed set.
 
 :func:`range_status` and :func:`range_has_wildcard` work on ranges of a
-larger buffer in place: the ranges are read as fixed-width rows (one numpy
-gather of 16, 32 or 64 bytes per range) and only ranges with a byte that is
-not printable ASCII -- or longer than the window -- are gathered exactly.
+larger buffer in place. Ranges in buffer order (the parser's) are judged by
+one Arrow kernel over all of them (``ascii_is_printable``,
+``match_substring``; see :func:`bridge.parse.buffers.ranges_array`); other
+ranges are read as fixed-width rows (one numpy gather of 16, 32 or 64 bytes
+per range). Only ranges with a byte that is not printable ASCII -- or longer
+than the window -- are gathered exactly.
 
 :func:`well_formed` checks only rule 1 (the Payload Format Indicator check:
 NUL and control characters are fine in a payload), with a C++ fast path.
@@ -34,6 +37,10 @@ Runs on executors; numpy and pyarrow only.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bridge.parse.buffers import take_ranges
 
 __all__ = [
     "DISALLOWED", "ILL_FORMED", "NUL", "OK", "check_strings", "range_has_wildcard",
@@ -126,22 +133,37 @@ def well_formed(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     n = len(offsets) - 1
     if n <= 0:
         return np.ones(max(n, 0), dtype=bool)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    seg = data[lo:hi]
-    pos = np.flatnonzero(seg >= 0x80) + lo
-    if len(pos) == 0:
-        return np.ones(n, dtype=bool)
     # Bytes that never occur in UTF-8 (C0, C1, F5..FF) condemn their row at
-    # once: binary payloads have them early, so their other bytes need no
-    # classification.
+    # once. Binary data shows one early: a window over the first bytes of
+    # every row condemns most binary rows before any byte-wise work.
+    start, length = offsets[:-1], np.diff(offsets)
+    bad = np.zeros(n, dtype=bool)
+    fast, mat, inside = _window(data, start, np.minimum(length, _NEVER_WINDOW))
+    if len(fast):
+        bad[fast] = (((mat >= 0xF5) | ((mat & 0xFE) == 0xC0)) & inside).any(axis=1)
+    if bad.any():
+        rest = np.flatnonzero(~bad)
+        data, offsets = _gather(data, start[rest], length[rest])
+    else:
+        rest = None
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    pos = np.flatnonzero(data[lo:hi] >= 0x80) + lo
+    if len(pos) == 0:
+        return ~bad
     b = data[pos]
     row = np.searchsorted(offsets, pos, side="right") - 1
     never = (b >= 0xF5) | ((b & 0xFE) == 0xC0)
-    bad = np.zeros(n, dtype=bool)
-    bad[row[never]] = True
-    rest = pos[~bad[row]]
-    ill, _, _ = _classify(data, offsets, rest, strings=False)
-    return ~(ill | bad)
+    worse = np.zeros(len(offsets) - 1, dtype=bool)
+    worse[row[never]] = True
+    ill, _, _ = _classify(data, offsets, pos[~worse[row]], strings=False)
+    ill |= worse
+    if rest is None:
+        return ~ill
+    bad[rest] = ill
+    return ~bad
+
+
+_NEVER_WINDOW = 64
 
 
 def _gather(data: np.ndarray, start: np.ndarray, length: np.ndarray):
@@ -176,22 +198,22 @@ def _window(data: np.ndarray, start: np.ndarray, length: np.ndarray):
 
 
 def range_status(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """:func:`check_strings` for ranges ``data[start[i]:start[i]+length[i]]``
-    in place (no gather of the common, printable-ASCII strings)."""
+    """:func:`check_strings` for ranges ``data[start[i]:start[i]+length[i]]``:
+    the ranges are copied back to back by Arrow, which also finds the
+    printable-ASCII ones (the common case, nothing more to check); only the
+    others are classified by :func:`check_strings`."""
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
     status = np.zeros(len(start), dtype=np.int8)
     if len(start) == 0:
         return status
-    fast, mat, inside = _window(data, start, length)
-    exact = np.ones(len(start), dtype=bool)
-    if len(fast):
-        special = ((mat - np.uint8(0x20)) >= np.uint8(0x5F)) & inside
-        exact[fast] = special.any(axis=1)
-    ei = np.flatnonzero(exact)
-    if len(ei):
-        vals, off = _gather(data, start[ei], length[ei])
-        status[ei] = check_strings(vals, off)
+    strings = take_ranges(pa.py_buffer(data), data, start, length).view(pa.string())
+    # empty strings are fine; Arrow calls them not printable
+    exact = np.flatnonzero(~pc.ascii_is_printable(strings).to_numpy(zero_copy_only=False)
+                           & (length > 0))
+    if len(exact):
+        vals, off = _gather(data, start[exact], length[exact])
+        status[exact] = check_strings(vals, off)
     return status
 
 
