@@ -27,8 +27,8 @@ __all__ = [
     "frames_array",
     "read_u16",
     "read_u32",
+    "ranges_array",
     "read_u8",
-    "string_view",
     "take_ranges",
 ]
 
@@ -243,10 +243,3 @@ def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length:
         return None
     return pa.Array.from_buffers(pa.binary(), 2 * n,
                                  [None, pa.py_buffer(bounds.astype(np.int32)), buffer])
-
-
-def string_view(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
-                valid: np.ndarray | None = None) -> pa.Array:
-    """A ``string_view`` array over the ranges, without copying and without
-    UTF-8 validation (call ``.validate(full=True)`` to validate in C++)."""
-    return _views(buffer, data, start, length, valid, pa.string_view())

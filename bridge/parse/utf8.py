@@ -20,16 +20,17 @@ continuation bytes equals the number its lead bytes claim (so no
 continuation byte is orphaned). Code points are decoded at the lead bytes
 only, for the disallowed set.
 
-:func:`range_status` and :func:`range_has_wildcard` work on ranges of a
-larger buffer in place. Ranges in buffer order (the parser's) are judged by
-one Arrow kernel over all of them (``ascii_is_printable``,
-``match_substring``; see :func:`bridge.parse.buffers.ranges_array`); other
-ranges are read as fixed-width rows (one numpy gather of 16, 32 or 64 bytes
-per range). Only ranges with a byte that is not printable ASCII -- or longer
-than the window -- are gathered exactly.
+:func:`range_status` works on ranges of a larger buffer: Arrow copies them
+back to back (:func:`bridge.parse.buffers.take_ranges`) and its
+``ascii_is_printable`` kernel clears the common strings; only the others go
+through :func:`check_strings`. :func:`range_has_wildcard` reads the ranges in
+place as fixed-width rows (one numpy gather of 16, 32 or 64 bytes per range);
+only ranges longer than the window are gathered exactly.
 
 :func:`well_formed` checks only rule 1 (the Payload Format Indicator check:
-NUL and control characters are fine in a payload), with a C++ fast path.
+NUL and control characters are fine in a payload). Bytes that never occur in
+UTF-8 (C0, C1, F5..FF) condemn a row; a 64-byte window over the start of
+every row finds them in binary data without touching the rest of its bytes.
 
 Runs on executors; numpy and pyarrow only.
 """

@@ -10,7 +10,7 @@ from bridge.mqtt.errors import MqttError
 from bridge.mqtt.strings import decode_utf8
 from bridge.mqtt.varint import decode_varint
 from bridge.parse import utf8
-from bridge.parse.buffers import take_ranges
+from bridge.parse.buffers import ranges_array, take_ranges
 from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
 
 _STATUS = {"MQTT-1.5.4-1": utf8.ILL_FORMED, "MQTT-1.5.4-2": utf8.NUL,
@@ -60,6 +60,22 @@ def _decodes(raw: bytes) -> bool:
         return False
 
 
+# long rows: bytes that never occur in UTF-8 inside or past the 64-byte window,
+# ill-formed sequences past it, and well-formed multi-byte text
+_LONG_ROWS = [b"\xff" + b"a" * 100, b"a" * 63 + b"\xc0" + b"b" * 10, b"a" * 64 + b"\xf5" * 3,
+              ("\u00e9" * 60).encode(), b"a" * 70 + b"\xe2\x82", b"a" * 70 + b"\x80",
+              "\U0001d11e".encode() * 30, b"", b"\xc3\xa9" * 31 + b"\xc3", b"z" * 200]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_LONG_ROWS) | strings, min_size=1, max_size=30))
+def test_well_formed_long_rows_match_the_codec(items):
+    """The 64-byte window condemns binary rows early; the other rows still
+    get the full check (gathered, or in place when none is condemned)."""
+    data, off = concat(items)
+    assert utf8.well_formed(data, off).tolist() == [_decodes(x) for x in items]
+
+
 def test_long_strings_take_the_exact_path():
     items = [b"x" * 100 + b"\xed\xa0\x80", b"y" * 70, b"z" * 65 + b"\x00", b"#" + b"w" * 80]
     data, off = concat(items)
@@ -96,3 +112,36 @@ def test_take_ranges_cuts_the_ranges(raw, data):
                       np.array(valid))
     arr.validate(full=True)
     assert arr.to_pylist() == [raw[s:s + k] if v else None for s, k, v in zip(starts, lens, valid)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=200), st.data())
+def test_take_ranges_in_buffer_order_and_not(raw, data):
+    """Ranges in buffer order are cut by Arrow's take over the gaps-and-ranges
+    array; the same ranges reversed (not in order) by the binary_view cast.
+    Both give the same values."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), min_size=2, max_size=24)))
+    starts = np.array(cuts[0:-1:2], dtype=np.int64)
+    lens = np.array(cuts[1::2], dtype=np.int64) - starts
+    valid = np.array([data.draw(st.booleans()) for _ in starts])
+    buf = pa.py_buffer(raw)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    want = [raw[s:s + k] if v else None for s, k, v in zip(starts.tolist(), lens.tolist(), valid)]
+    ranges = ranges_array(buf, u8, starts, lens)
+    assert ranges is not None and ranges.to_pylist()[1::2] == [raw[s:s + k] for s, k in
+                                                               zip(starts.tolist(), lens.tolist())]
+    assert take_ranges(buf, u8, starts, lens, valid).to_pylist() == want
+    if np.count_nonzero(lens) > 1:
+        assert ranges_array(buf, u8, starts[::-1], lens[::-1]) is None
+    back = take_ranges(buf, u8, starts[::-1], lens[::-1], valid[::-1])
+    back.validate(full=True)
+    assert back.to_pylist() == want[::-1]
+
+
+def test_ranges_array_refuses_overlapping_ranges():
+    buf = pa.py_buffer(b"abcdefgh")
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    assert ranges_array(buf, u8, np.array([0, 2]), np.array([4, 2])) is None
+    # an empty range may sit anywhere; a kept range after it is still checked
+    arr = ranges_array(buf, u8, np.array([5, 0, 6]), np.array([1, 0, 2]))
+    assert arr.to_pylist()[1::2] == [b"f", b"", b"gh"]

@@ -183,6 +183,19 @@ def test_bad_arguments_raise():
         parse_frames(pa.array([1, 2]), 5)
 
 
+def test_payload_format_check_non_ascii_text():
+    """Non-ASCII but well-formed text passes the Payload Format Indicator
+    check (it takes the Arrow block check, then numpy); binary fails, also
+    when its first bad byte is past the 64-byte window."""
+    pfi = Properties(payload_format_indicator=1)
+    text = pub(properties=pfi, payload=("21.5 \u00b0C " * 20).encode())
+    late = pub(properties=pfi, payload=b"a" * 80 + b"\xc3\x28")
+    binary = pub(properties=pfi, payload=bytes(range(256)))
+    frames = [text, late, binary, text] * 700
+    out = parse_frames(frames, 5).column("rule").to_pylist()
+    assert out == [None, "LG-payload-format-invalid", "LG-payload-format-invalid", None] * 700
+
+
 def test_payload_format_check_across_blocks():
     """Bad payloads spread over several validation blocks are all found."""
     good = pub(properties=Properties(payload_format_indicator=1), payload="ok é".encode())
