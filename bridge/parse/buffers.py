@@ -179,9 +179,12 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
       them are the rows of one ``binary`` array over ``buffer`` (its offsets
       are the range bounds, interleaved by numpy; no copy), and Arrow's
       ``take`` of the odd rows copies the ranges;
-    * otherwise, the non-empty ranges become a ``binary_view`` array pointing
-      into ``buffer`` (built with numpy, values of at most 12 bytes inlined),
-      which Arrow casts to ``binary``.
+    * otherwise, the ranges become a ``binary_view`` array pointing into
+      ``buffer`` (built with numpy, values of at most 12 bytes inlined), which
+      Arrow casts to ``binary``.
+
+    Either way only the non-empty ranges of valid rows reach Arrow; the
+    offsets of all rows (empty for the others) are a numpy cumulative sum.
     """
     n = len(start)
     start = np.asarray(start, dtype=np.int64)
@@ -195,21 +198,22 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
     if valid is not None and not valid.all():
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
         nulls = int(n - np.count_nonzero(valid))
-    ranges = ranges_array(buffer, data, start, lens, keep)
-    if ranges is not None:
-        odd = np.arange(1, 2 * n, 2, dtype=np.int32)
-        return ranges.take(pa.Array.from_buffers(pa.int32(), n, [bitmap, pa.py_buffer(odd)],
-                                                 null_count=nulls))
     sel = np.flatnonzero(keep)
-    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
+    values = pa.py_buffer(b"")
     if len(sel):
-        part = _views(buffer, data, start[sel], length[sel], None, pa.binary_view())
-        values = part.cast(pa.binary()).buffers()[2]
-    else:
-        values = pa.py_buffer(b"")
-    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.astype(np.int32)),
-                                                  values], null_count=nulls)
+        # only the kept ranges go to Arrow; every row's offsets come from numpy
+        ranges = ranges_array(buffer, data, start[sel], length[sel])
+        if ranges is not None:
+            odd = np.arange(1, 2 * len(sel), 2, dtype=np.int32)
+            values = ranges.take(pa.Array.from_buffers(pa.int32(), len(sel),
+                                                       [None, pa.py_buffer(odd)])).buffers()[2]
+        else:
+            part = _views(buffer, data, start[sel], length[sel], None, pa.binary_view())
+            values = part.cast(pa.binary()).buffers()[2]
+    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets), values],
+                                 null_count=nulls)
 
 
 _I32_MAX = np.iinfo(np.int32).max

@@ -124,7 +124,9 @@ class Problems:
             rules.append(rule)
             texts.append(text)
             codes.append(reason)
-        idx = pa.array(index, type=pa.int32())
+        # valid rows are null indices: take writes nothing for them
+        idx = pa.Array.from_buffers(pa.int32(), n, [
+            pa.py_buffer(np.packbits(index != 0, bitorder="little")), pa.py_buffer(index)])
         return (
             pa.array(rules, type=pa.string()).take(idx),
             pa.array(texts, type=pa.string()).take(idx),
