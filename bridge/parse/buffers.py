@@ -30,6 +30,7 @@ __all__ = [
     "ranges_array",
     "read_u8",
     "take_ranges",
+    "value_buffers",
 ]
 
 
@@ -94,6 +95,16 @@ def frame_buffers(arr: pa.LargeBinaryArray) -> FrameBuffers:
     else:
         null = np.zeros(n, dtype=bool)
     return FrameBuffers(values, data, start, end, null)
+
+
+def value_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, offsets)`` of a ``binary``/``string`` array as numpy, no
+    copy: row i is ``values[offsets[i]:offsets[i+1]]`` (int64 offsets; a
+    slice's offsets index the shared value buffer)."""
+    _, ob, vb = arr.buffers()
+    off = np.frombuffer(ob, dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset:]
+    vals = np.frombuffer(vb, dtype=np.uint8) if vb is not None and vb.size else np.zeros(1, np.uint8)
+    return vals, off.astype(np.int64)
 
 
 def read_u8(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -219,21 +230,19 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
 _I32_MAX = np.iinfo(np.int32).max
 
 
-def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
-                 keep: np.ndarray | None = None) -> pa.BinaryArray | None:
-    """The ranges ``data[start[i]:start[i]+length[i]]`` (empty where ``keep``
-    is False) as the odd rows of one ``binary`` array over ``buffer``,
+def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,
+                 length: np.ndarray) -> pa.BinaryArray | None:
+    """The ranges ``data[start[i]:start[i]+length[i]]`` as the odd rows of one ``binary`` array over ``buffer``,
     without copying: row 2i is the gap before range i, row 2i+1 range i.
     Arrow kernels then run over the ranges in place (a ``take`` of the odd
     rows copies them; a string predicate judges them).
 
-    None when the kept ranges are not in buffer order or overlap, or the
-    buffer is over 2 GiB (the caller falls back to views)."""
+    None when the non-empty ranges are not in buffer order or overlap, or
+    the buffer is over 2 GiB (the caller falls back to views)."""
     n = len(start)
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
-    if keep is None:
-        keep = length > 0
+    keep = length > 0
     if len(data) > _I32_MAX:
         return None
     bounds = np.empty(2 * n + 1, dtype=np.int64)

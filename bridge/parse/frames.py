@@ -53,7 +53,7 @@ from bridge.mqtt.fixed_header import CLIENT_ONLY, REQUIRED_FLAGS, SERVER_ONLY, P
 from bridge.mqtt.reason_codes import check_reason
 from bridge.parse import utf8
 from bridge.parse.buffers import (
-    frame_buffers, frames_array, read_u16, take_ranges,
+    frame_buffers, frames_array, read_u16, take_ranges, value_buffers,
 )
 from bridge.parse.columns import PARSED_SCHEMA, Outputs, assemble
 from bridge.parse.problems import Problems, check
@@ -342,9 +342,7 @@ def _publish(P, out, buffer, data, ptype, qos, lv, client, body, bend):
     length[pr[ok]] = tl[ok]
     topics = take_ranges(buffer, data, start, length)
     out.topics = topics
-    _, tob, tvb = topics.buffers()
-    toff = np.frombuffer(tob, dtype=np.int32, count=n + 1).astype(np.int64)
-    tval = np.frombuffer(tvb, dtype=np.uint8) if tvb is not None and tvb.size else np.zeros(1, np.uint8)
+    tval, toff = value_buffers(topics)
     status = utf8.check_strings(tval, toff)[pr]
     P.fail(pr, TOPIC_ILL, 0, status == utf8.ILL_FORMED)
     P.fail(pr, TOPIC_NUL, 0, status == utf8.NUL)
@@ -432,11 +430,7 @@ def _publish_session_checks(P, out, buffer, data, alias):
                 rest = texts.take(other)
                 for lo in _failing_blocks(rest, 0, len(other)):
                     blk = rest.slice(lo, _PAYLOAD_BLOCK)
-                    _, ob, vb = blk.buffers()
-                    off = np.frombuffer(ob, dtype=np.int32, count=blk.offset + len(blk) + 1)
-                    vals = np.frombuffer(vb, dtype=np.uint8)
-                    good[other[lo:lo + len(blk)]] = utf8.well_formed(
-                        vals, off[blk.offset:].astype(np.int64))
+                    good[other[lo:lo + len(blk)]] = utf8.well_formed(*value_buffers(blk))
             P.fail(rows, PAYLOAD_NOT_UTF8, 0, ~good)
 
 

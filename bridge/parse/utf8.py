@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bridge.parse.buffers import take_ranges
+from bridge.parse.buffers import take_ranges, value_buffers
 
 __all__ = [
     "DISALLOWED", "ILL_FORMED", "NUL", "OK", "check_strings", "range_has_wildcard",
@@ -213,8 +213,7 @@ def range_status(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.
     exact = np.flatnonzero(~pc.ascii_is_printable(strings).to_numpy(zero_copy_only=False)
                            & (length > 0))
     if len(exact):
-        vals, off = _gather(data, start[exact], length[exact])
-        status[exact] = check_strings(vals, off)
+        status[exact] = check_strings(*value_buffers(strings.take(exact)))
     return status
 
 
