@@ -128,6 +128,7 @@ def read_u32(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 _INLINE = 12  # binary_view inlines values of up to 12 bytes
+_I32_MAX = np.iinfo(np.int32).max  # binary arrays have 32-bit offsets
 _J12 = np.arange(_INLINE, dtype=np.int64)
 
 
@@ -150,7 +151,7 @@ def _views(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.nd
         li = nz[~short]
         if len(li):
             ls = st[~short]
-            if ls.max() > np.iinfo(np.int32).max:
+            if ls.max() > _I32_MAX:
                 raise ValueError("take_ranges: a value starts beyond 2 GiB into its buffer")
             # every byte offset as an unaligned little-endian uint32: one gather
             views[li, 1] = _unaligned(data, "<i4", 4)[ls]
@@ -226,8 +227,6 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
     return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets), values],
                                  null_count=nulls)
 
-
-_I32_MAX = np.iinfo(np.int32).max
 
 
 def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,
