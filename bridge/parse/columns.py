@@ -157,31 +157,33 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
     for name, pid, typ in (("response_topic", 0x08, pa.string()),
                            ("correlation_data", 0x09, pa.binary()),
                            ("content_type", 0x03, pa.string())):
-        st = np.zeros(n, dtype=np.int64)
-        ln = np.zeros(n, dtype=np.int64)
-        present = np.zeros(n, dtype=bool)
-        if block is not None and pid in block.ranges:
-            p, s, l_ = block.ranges[pid]
-            present[pr5] = p
-            st[pr5] = s
-            ln[pr5] = l_
-        arr = take_ranges(buffer, data, st, ln, present & pub)
-        cols[name] = arr.view(pa.string()) if typ == pa.string() else arr
+        if block is not None and pid in block.values:
+            # the array the walk cut (and checked), with the final validity
+            present = np.zeros(n, dtype=bool)
+            present[pr5] = block.ranges[pid][0]
+            present &= pub
+            _, ob, vb = block.values[pid].buffers()
+            cols[name] = pa.Array.from_buffers(typ, n, [_bitmap(present), ob, vb],
+                                               null_count=int(n - np.count_nonzero(present)))
+        else:
+            cols[name] = pa.nulls(n, type=typ)
 
     # user properties: list<struct<key, value>>, wire order and duplicates kept
     kv_type = schema.field("user_properties").type
     if block is not None and len(block.user[0]):
-        lr, ks, kl, vs, vl = block.user
-        br = pr5[lr]
+        br = pr5[block.user[0]]
+        keys, values = block.user_keys, block.user_values
         keep = pub[br]
-        br, ks, kl, vs, vl = br[keep], ks[keep], kl[keep], vs[keep], vl[keep]
+        if not keep.all():  # the entries of rows that failed are left out
+            br = br[keep]
+            mask = pa.array(keep)
+            keys, values = keys.filter(mask), values.filter(mask)
     else:
-        br = ks = kl = vs = vl = np.zeros(0, dtype=np.int64)
+        br = np.zeros(0, dtype=np.int64)
+        keys = values = pa.array([], type=pa.string())
     counts = np.bincount(br, minlength=n)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    keys = take_ranges(buffer, data, ks, kl).view(pa.string())
-    values = take_ranges(buffer, data, vs, vl).view(pa.string())
     struct = pa.StructArray.from_arrays([keys, values], fields=list(kv_type.value_type))
     cols["user_properties"] = pa.ListArray.from_arrays(
         pa.array(offsets), struct, type=kv_type, mask=pa.array(~pub))

@@ -7,13 +7,19 @@ has not failed), so the number of steps is the largest number of properties
 in one row (0-4 in practice), each step a handful of numpy operations over
 the rows still walking.
 
-Each step applies the checks of :func:`bridge.mqtt.properties.decode_properties`
-in the same order, so that a row's first failure is the codec's:
-identifier (Variable Byte Integer) -> unknown [LG-property-unknown] -> not
-allowed in the packet [LG-property-not-allowed] -> value read (running past
-the block [LG-truncated], strings' UTF-8 rules) -> value constraints
+The checks are those of :func:`bridge.mqtt.properties.decode_properties`,
+and a row's first failure is the codec's: identifier (Variable Byte
+Integer) -> unknown [LG-property-unknown] -> not allowed in the packet
+[LG-property-not-allowed] -> value read (running past the block
+[LG-truncated], strings' UTF-8 rules) -> value constraints
 [LG-property-value, MQTT-3.3.2-8, MQTT-3.3.2-14] -> repetition of a
-single-valued property [LG-property-duplicate].
+single-valued property [LG-property-duplicate]. Each step applies them in
+this order, except the strings' UTF-8 rules and the Response Topic's
+wildcard check: those run once for the whole batch after the walk, on the
+arrays that become the output columns, and a row's earliest bad string
+replaces whatever the walk recorded for that row later
+(:func:`_check_strings`). One copy of the strings instead of two, and one
+check per kind of string instead of one per step.
 
 The table (:data:`bridge.mqtt.properties.PROPERTIES`: wire type, allowed
 packets, repeatable) and the value-constraint sets are the codec's own.
@@ -24,6 +30,7 @@ Runs on executors; numpy and pyarrow only.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from bridge.mqtt.fixed_header import PacketType
 # The codec's value constraints (0/1 bytes, non-zero integers): imported, not
@@ -31,7 +38,7 @@ from bridge.mqtt.fixed_header import PacketType
 from bridge.mqtt.properties import _BOOLEAN_BYTES, _NON_ZERO  # noqa: PLC2701 -- see above
 from bridge.mqtt.properties import PROPERTIES, Scope, WireType
 from bridge.parse import utf8
-from bridge.parse.buffers import read_u16, read_u32
+from bridge.parse.buffers import read_u16, read_u32, take_ranges, value_buffers
 from bridge.parse.problems import Problems, check
 from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
 
@@ -143,19 +150,28 @@ class PropertyBlock:
       integer properties;
     * ``ranges``: pid -> (present bool[m], start int64[m], length int64[m]) for
       the single-valued string and binary properties (positions in ``data``);
+    * ``values``: pid -> the values of ``ranges[pid]`` cut from ``data``, one
+      ``binary`` array over the *batch* rows (empty where absent; the UTF-8
+      strings were checked on this very array);
     * ``user``: (row, key start, key length, value start, value length), each an
-      int64 array, ordered by row then wire order;
+      int64 array, ordered by row then wire order, and ``user_keys`` /
+      ``user_values``: the keys and values as ``string`` arrays in that order;
     * ``subids``: (row, value) in the same order.
     """
 
-    __slots__ = ("end", "numbers", "ranges", "user", "subids")
+    __slots__ = ("end", "numbers", "ranges", "steps", "values", "user", "user_step",
+                 "user_keys", "user_values", "subids")
 
     def __init__(self, m: int) -> None:
         self.end = np.zeros(m, dtype=np.int64)
         self.numbers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.ranges: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.steps: dict[int, np.ndarray] = {}  # pid -> step (property position) read at
+        self.values: dict[int, pa.BinaryArray] = {}
         empty = np.zeros(0, dtype=np.int64)
         self.user = (empty, empty, empty, empty, empty)
+        self.user_step = empty
+        self.user_keys = self.user_values = pa.array([], type=pa.string())
         self.subids = (empty, empty)
 
     def number(self, pid: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -167,6 +183,7 @@ class PropertyBlock:
         if pid not in self.ranges:
             self.ranges[pid] = (np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64),
                                 np.zeros(m, dtype=np.int64))
+            self.steps[pid] = np.zeros(m, dtype=np.int64)
         return self.ranges[pid]
 
 
@@ -180,6 +197,13 @@ def walk_properties(problems: Problems, data: np.ndarray, rows: np.ndarray,
     ``ptype`` its packet type (for messages). Failures go to ``problems``
     (batch rows); the returned block's values are meaningful only for rows
     that did not fail.
+
+    The UTF-8 rules of the strings (and the Response Topic's wildcards) are
+    checked once for the whole batch after the walk, on the arrays that also
+    become the output columns (:func:`_check_strings`): the walk records at
+    which step each string was read, and a row's earliest bad string takes
+    the place of whatever later failure the walk recorded for it, exactly
+    as if the walk had stopped there.
     """
     m = len(rows)
     block = PropertyBlock(m)
@@ -197,31 +221,116 @@ def walk_properties(problems: Problems, data: np.ndarray, rows: np.ndarray,
     nsub = np.zeros(m, dtype=np.int64)     # subscription identifiers seen
     user_parts: list[tuple[np.ndarray, ...]] = []
     sub_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    orphans: list[tuple[np.ndarray, ...]] = []
     step = 0
     alive = np.flatnonzero((problems.code[rows] == 0) & (cur < bend))
     while len(alive):
         _step(problems, data, rows, alive, cur, bend, scope, tagp, seen, nsub, block,
-              user_parts, sub_parts, step)
+              user_parts, sub_parts, orphans, step)
         alive = alive[(problems.code[rows[alive]] == 0) & (cur[alive] < bend[alive])]
         step += 1
     if user_parts:
         cols = [np.concatenate(c) for c in zip(*user_parts)]
         order = np.lexsort((cols[5], cols[0]))
         block.user = tuple(c[order] for c in cols[:5])
+        block.user_step = cols[5][order]
     if sub_parts:
         cols = [np.concatenate(c) for c in zip(*sub_parts)]
         order = np.lexsort((cols[2], cols[0]))
         block.subids = (cols[0][order], cols[1][order])
+    _check_strings(problems, data, rows, tagp, block, orphans)
     return block
 
 
+# what a string's status becomes: UTF-8 status (utf8.ILL_FORMED, NUL,
+# DISALLOWED), then _WILDCARD for a Response Topic
+_WILDCARD = 4
+_STRING_CHECKS = (None, STR_ILL, STR_NUL, STR_DISALLOWED, RESPONSE_WILDCARD)
+_PAIR_CHECKS = (None, PAIR_ILL, PAIR_NUL, PAIR_DISALLOWED)
+_KEY, _VALUE = 0, 1  # the pair's part, in a pair check's argument
+
+
+def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp: np.ndarray,
+                   block: PropertyBlock, orphans: list) -> None:
+    """The UTF-8 rules of every string the walk read, in one pass per kind.
+
+    Each single-valued string and binary property becomes one ``binary``
+    array over the batch rows (``block.values``, later the output column)
+    and the User Property keys and values one ``string`` array each; the
+    strings are checked on those arrays. Strings that the walk read but did
+    not store (a repeated property, a Response Topic with a wildcard, a name
+    whose value runs past the end: the "orphans") are checked on their own.
+
+    A bad string at step k (time 2k, or 2k+1 for a User Property value)
+    fails its row with the string's check, replacing what the walk recorded
+    for the row: the walk only records failures from that point on, since a
+    row stops walking at its first failure and its strings are read before
+    anything after them is checked. The Response Topic's wildcard check
+    [MQTT-3.3.2-14] comes right after its UTF-8 rules, as in the codec."""
+    n = len(problems.code)
+    buf = pa.py_buffer(data)
+    bad: list[tuple[np.ndarray, ...]] = []  # (local row, time, check id, argument)
+
+    def found(lr, time, status, checks, arg) -> None:
+        w = np.flatnonzero(status)
+        if len(w):
+            ids = np.array([c.id for c in checks[1:]], dtype=np.int32)[status[w] - 1]
+            bad.append((lr[w], time[w], ids, arg[w]))
+
+    for pid, (present, start, length) in block.ranges.items():
+        lr = np.flatnonzero(present)
+        br = rows[lr]
+        st = np.zeros(n, dtype=np.int64)
+        ln = np.zeros(n, dtype=np.int64)
+        st[br], ln[br] = start[lr], length[lr]
+        arr = take_ranges(buf, data, st, ln)
+        block.values[pid] = arr
+        if _WIRE[pid] != _STR:
+            continue
+        status = utf8.string_status(arr)[br]
+        if pid == RESPONSE_TOPIC:
+            wild = utf8.has_wildcard(*value_buffers(arr))[br]
+            status = np.where((status == 0) & wild, np.int8(_WILDCARD), status)
+        found(lr, 2 * block.steps[pid][lr], status, _STRING_CHECKS, tagp[lr] | pid)
+    if len(block.user[0]):
+        lr, ks, kl, vs, vl = block.user
+        block.user_keys = take_ranges(buf, data, ks, kl).view(pa.string())
+        block.user_values = take_ranges(buf, data, vs, vl).view(pa.string())
+        t = 2 * block.user_step
+        found(lr, t, utf8.string_status(block.user_keys), _PAIR_CHECKS, tagp[lr] | _KEY)
+        found(lr, t + 1, utf8.string_status(block.user_values), _PAIR_CHECKS,
+              tagp[lr] | _VALUE)
+    if orphans:  # rare: only in frames that break a rule anyway
+        lr, start, length, time, pid, pair = (np.concatenate(c) for c in zip(*orphans))
+        status = utf8.range_status(data, start, length)
+        rt = (pid == RESPONSE_TOPIC) & ~pair & (status == 0)
+        if rt.any():
+            wild = utf8.range_has_wildcard(data, start[rt], length[rt])
+            status[np.flatnonzero(rt)[wild]] = _WILDCARD
+        single = ~pair
+        found(lr[single], time[single], status[single], _STRING_CHECKS,
+              tagp[lr[single]] | pid[single])
+        found(lr[pair], time[pair], status[pair], _PAIR_CHECKS, tagp[lr[pair]] | _KEY)
+    if not bad:
+        return
+    lr, time, ids, arg = (np.concatenate(c) for c in zip(*bad))
+    order = np.lexsort((time, lr))
+    lr, ids, arg = lr[order], ids[order], arg[order]
+    first = np.flatnonzero(np.r_[True, lr[1:] != lr[:-1]])  # each row's earliest
+    br = rows[lr[first]]
+    problems.code[br] = ids[first]
+    problems.arg[br] = np.where(ids[first] == RESPONSE_WILDCARD.id, 0, arg[first])
+
+
 def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub, block,
-          user_parts, sub_parts, step) -> None:
+          user_parts, sub_parts, orphans, step) -> None:
     """The ``step``-th property of the rows ``r`` (local indices): every
-    check of one iteration of the codec's property loop, in its order. Rows
-    are grouped by wire type so that each group's reads and checks -- up to
-    the repetition check and the storing of the value -- touch only its own
-    rows. Advances ``cur`` for the rows that pass."""
+    check of one iteration of the codec's property loop, in its order --
+    except the UTF-8 rules of the strings and the Response Topic's wildcard
+    check, which :func:`_check_strings` applies afterwards (strings read but not stored go to ``orphans``).
+    Rows are grouped by wire type so that each group's reads and checks --
+    up to the repetition check and the storing of the value -- touch only
+    its own rows. Advances ``cur`` for the rows that pass."""
     m = len(cur)
     brow = rows[r]
     end = bend[r]
@@ -252,6 +361,13 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
             problems.arg[brow[g]] = arg if np.isscalar(arg) else np.asarray(arg)
         return g
 
+    def orphan(g, start, length, p, pair: bool) -> None:
+        """Strings read at this step but not stored: checked afterwards."""
+        if len(g):
+            k = len(g)
+            orphans.append((r[g], start, length, np.full(k, 2 * step, dtype=np.int64), p,
+                            np.full(k, pair)))
+
     def single(g, p, nxt, value=None, start=None, length=None) -> None:
         """Repetition check, then store a single-valued property and advance."""
         bit = np.left_shift(np.int64(1), p)
@@ -260,11 +376,14 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
         if dup.any():
             drop(g[dup], DUPLICATE, (sc[g[dup]] << 8) | p[dup])
             keep = ~dup
-            g, p, nxt, lr, bit = g[keep], p[keep], nxt[keep], lr[keep], bit[keep]
             if value is not None:
                 value = value[keep]
             else:
+                if _WIRE[p[dup]].max() == _STR:
+                    s = _WIRE[p[dup]] == _STR
+                    orphan(g[dup][s], start[dup][s], length[dup][s], p[dup][s], False)
                 start, length = start[keep], length[keep]
+            g, p, nxt, lr, bit = g[keep], p[keep], nxt[keep], lr[keep], bit[keep]
         seen[lr] |= bit
         cur[lr] = nxt
         for q in np.flatnonzero(np.bincount(p, minlength=1)).tolist():  # per identifier
@@ -278,6 +397,7 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
                 present[lr[w]] = True
                 st_[lr[w]] = start[w]
                 ln_[lr[w]] = length[w]
+                block.steps[q][lr[w]] = step
 
     order = np.argsort(wire, kind="stable")
     bounds = np.concatenate(([0], np.cumsum(np.bincount((wire + 1).astype(np.intp), minlength=8))))
@@ -347,48 +467,22 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
                     drop(g[past], VALUE_PAST_END, tp[g[past]] | p[past])
                 keep = ~past
                 g, s0, ln, e, p = g[keep], s0[keep], ln[keep], e[keep], p[keep]
-            if code == _BIN:
-                single(g, p, s0 + ln, start=s0, length=ln)
-                continue
-            status = utf8.range_status(data, s0, ln)
-            if status.any():
-                checks = ((PAIR_ILL, PAIR_NUL, PAIR_DISALLOWED) if pair
-                          else (STR_ILL, STR_NUL, STR_DISALLOWED))
-                for st_code, c in zip((utf8.ILL_FORMED, utf8.NUL, utf8.DISALLOWED), checks):
-                    w = status == st_code
-                    drop(g[w], c, tp[g[w]] if pair else tp[g[w]] | p[w])
-                keep = status == utf8.OK
-                g, s0, ln, e, p = g[keep], s0[keep], ln[keep], e[keep], p[keep]
-            if not pair:
-                rt = np.flatnonzero(p == RESPONSE_TOPIC)
-                if len(rt):
-                    wild = utf8.range_has_wildcard(data, s0[rt], ln[rt])
-                    if wild.any():
-                        drop(g[rt[wild]], RESPONSE_WILDCARD, 0)
-                        keep = np.ones(len(g), dtype=bool)
-                        keep[rt[wild]] = False
-                        g, s0, ln, p = g[keep], s0[keep], ln[keep], p[keep]
+            if not pair:  # UTF-8 rules and the Response Topic's wildcards: afterwards
                 single(g, p, s0 + ln, start=s0, length=ln)
                 continue
             # the value of the pair
             a2 = s0 + ln
             short = a2 + 2 > e
             drop(g[short], PAIR_VALUE_SHORT, tp[g[short]])
-            keep = ~short
-            g, a2, e, s0, ln = g[keep], a2[keep], e[keep], s0[keep], ln[keep]
-            l2 = read_u16(data, a2)
+            l2 = np.zeros(len(g), dtype=np.int64)
+            l2[~short] = read_u16(data, a2[~short])
             s2 = a2 + 2
-            past = s2 + l2 > e
+            past = ~short & (s2 + l2 > e)
             drop(g[past], PAIR_VALUE_PAST_END, tp[g[past]])
-            keep = ~past
-            g, s0, ln, s2, l2 = g[keep], s0[keep], ln[keep], s2[keep], l2[keep]
-            status = utf8.range_status(data, s2, l2)
-            if status.any():
-                for st_code, c in zip((utf8.ILL_FORMED, utf8.NUL, utf8.DISALLOWED),
-                                      (PAIR_ILL, PAIR_NUL, PAIR_DISALLOWED)):
-                    w = status == st_code
-                    drop(g[w], c, tp[g[w]] | 1)
-                keep = status == utf8.OK
+            cut = short | past
+            if cut.any():
+                orphan(g[cut], s0[cut], ln[cut], p[cut], True)
+                keep = ~cut
                 g, s0, ln, s2, l2 = g[keep], s0[keep], ln[keep], s2[keep], l2[keep]
             cur[r[g]] = s2 + l2
             user_parts.append((r[g], s0, ln, s2, l2, np.full(len(g), step, dtype=np.int64)))

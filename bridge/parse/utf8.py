@@ -20,10 +20,11 @@ continuation bytes equals the number its lead bytes claim (so no
 continuation byte is orphaned). Code points are decoded at the lead bytes
 only, for the disallowed set.
 
-:func:`range_status` works on ranges of a larger buffer: Arrow copies them
-back to back (:func:`bridge.parse.buffers.take_ranges`) and its
-``ascii_is_printable`` kernel clears the common strings; only the others go
-through :func:`check_strings`. :func:`range_has_wildcard` reads the ranges in
+:func:`string_status` works on an Arrow array: its ``ascii_is_printable``
+kernel clears the common strings; only the others go through
+:func:`check_strings`. :func:`range_status` does the same for ranges of a
+larger buffer, which Arrow copies back to back first
+(:func:`bridge.parse.buffers.take_ranges`). :func:`range_has_wildcard` reads the ranges in
 place as fixed-width rows (one numpy gather of 16, 32 or 64 bytes per range);
 only ranges longer than the window are gathered exactly.
 
@@ -44,8 +45,8 @@ import pyarrow.compute as pc
 from bridge.parse.buffers import take_ranges, value_buffers
 
 __all__ = [
-    "DISALLOWED", "ILL_FORMED", "NUL", "OK", "check_strings", "range_has_wildcard",
-    "range_status", "well_formed",
+    "DISALLOWED", "ILL_FORMED", "NUL", "OK", "check_strings", "has_wildcard",
+    "range_has_wildcard", "range_status", "string_status", "well_formed",
 ]
 
 OK, ILL_FORMED, NUL, DISALLOWED = 0, 1, 2, 3
@@ -198,23 +199,44 @@ def _window(data: np.ndarray, start: np.ndarray, length: np.ndarray):
     return fast, mat, inside
 
 
+def string_status(strings: pa.Array) -> np.ndarray:
+    """:func:`check_strings` for a ``string``/``binary`` array (null rows are
+    OK): Arrow's ``ascii_is_printable`` clears the printable-ASCII strings
+    (the common case, nothing more to check); only the others are gathered
+    and classified by :func:`check_strings`."""
+    status = np.zeros(len(strings), dtype=np.int8)
+    if len(strings) == 0:
+        return status
+    text = strings if pa.types.is_string(strings.type) else strings.view(pa.string())
+    printable = pc.fill_null(pc.ascii_is_printable(text), True).to_numpy(zero_copy_only=False)
+    # empty strings are fine (some Arrow versions call them not printable)
+    exact = np.flatnonzero(~printable & (np.diff(value_buffers(text)[1]) > 0))
+    if len(exact):
+        status[exact] = check_strings(*value_buffers(text.take(exact)))
+    return status
+
+
 def range_status(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """:func:`check_strings` for ranges ``data[start[i]:start[i]+length[i]]``:
-    the ranges are copied back to back by Arrow, which also finds the
-    printable-ASCII ones (the common case, nothing more to check); only the
-    others are classified by :func:`check_strings`."""
+    """:func:`string_status` for ranges ``data[start[i]:start[i]+length[i]]``,
+    copied back to back by Arrow first."""
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
-    status = np.zeros(len(start), dtype=np.int8)
     if len(start) == 0:
-        return status
-    strings = take_ranges(pa.py_buffer(data), data, start, length).view(pa.string())
-    # empty strings are fine; Arrow calls them not printable
-    exact = np.flatnonzero(~pc.ascii_is_printable(strings).to_numpy(zero_copy_only=False)
-                           & (length > 0))
-    if len(exact):
-        status[exact] = check_strings(*value_buffers(strings.take(exact)))
-    return status
+        return np.zeros(0, dtype=np.int8)
+    return string_status(take_ranges(pa.py_buffer(data), data, start, length))
+
+
+def has_wildcard(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Bool per string ``values[offsets[i]:offsets[i+1]]``: contains '+' or
+    '#' (one pass over the value buffer)."""
+    n = len(offsets) - 1
+    out = np.zeros(max(n, 0), dtype=bool)
+    lo, hi = (int(offsets[0]), int(offsets[-1])) if n > 0 else (0, 0)
+    if hi > lo:
+        seg = values[lo:hi]
+        hit = np.flatnonzero((seg == 0x2B) | (seg == 0x23)) + lo
+        out[np.searchsorted(offsets, hit, side="right") - 1] = True
+    return out
 
 
 def range_has_wildcard(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:

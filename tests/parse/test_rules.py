@@ -294,3 +294,59 @@ def test_codec_built_frames_are_valid():
                              properties=Properties(content_type="c")), 5),
               encode(PubAck(packet_id=3), 5)):
         assert one(f)["valid"] is True
+
+
+# -- a bad string before a later failure ----------------------------------------------
+# The parser checks the property strings once per batch, after walking the
+# blocks; a row's first bad string must still win over whatever the walk
+# found after it, as in the codec (which stops at the string).
+
+CT_BAD = b"\x03" + lp(b"\xff")           # Content Type, not UTF-8
+CT_GOOD = b"\x03" + lp(b"text/plain")
+RT_WILD = b"\x08" + lp(b"r/#")            # Response Topic with a wildcard
+RT_GOOD = b"\x08" + lp(b"r/1")
+
+
+@pytest.mark.parametrize("props, rule, says", [
+    (CT_BAD + b"\x2f\x00", "MQTT-1.5.4-1", "Content Type"),       # then an unknown property
+    (CT_BAD + CT_GOOD, "MQTT-1.5.4-1", "Content Type"),           # then a repetition
+    (CT_GOOD + CT_BAD, "MQTT-1.5.4-1", "Content Type"),           # the repeated one is bad
+    (CT_BAD + b"\x02\x00\x00", "MQTT-1.5.4-1", "Content Type"),   # then a value cut short
+    (b"\x26" + lp(b"k\xff") + b"\x00\x09v", "MQTT-1.5.7-1", "name"),  # value past the end
+    (b"\x26" + lp(b"k") + lp(b"v\x00") + CT_BAD, "MQTT-1.5.7-1", "value"),
+    (b"\x26" + lp(b"k") + lp(b"v") + CT_BAD + b"\x26" + lp(b"\xc0") + lp(b"v"),
+     "MQTT-1.5.4-1", "Content Type"),
+    (RT_WILD + RT_GOOD, "MQTT-3.3.2-14", "wildcard"),             # then a repetition
+    (RT_GOOD + RT_WILD, "MQTT-3.3.2-14", "wildcard"),             # the repeated one has it
+    (b"\x08" + lp(b"r/\xff/#"), "MQTT-1.5.4-1", "Response Topic"),  # UTF-8 before wildcards
+    (RT_WILD + CT_BAD, "MQTT-3.3.2-14", "wildcard"),
+    (CT_GOOD + RT_WILD + b"\x01\x05", "MQTT-3.3.2-14", "wildcard"),  # then a bad value
+])
+def test_mqtt_1_5_4_1_first_bad_string_wins_over_later_failures(props, rule, says):
+    row = broken(publish(props=frame_props(props)), rule, 0x82 if "3.3.2" in rule else 0x81)
+    assert says in row["error"]
+
+
+def test_mqtt_1_5_4_1_bad_reason_string_in_an_ack_wins_over_a_later_failure():
+    props = b"\x1f" + lp(b"\xff") + b"\x2f\x00"  # Reason String not UTF-8, then unknown
+    broken(b"\x40" + bytes([4 + len(props)]) + b"\x00\x01\x00" + bytes([len(props)]) + props,
+           "MQTT-1.5.4-1", 0x81)
+
+
+def test_strings_of_rows_that_fail_are_not_in_the_output_columns():
+    good = publish(props=frame_props(CT_GOOD + b"\x26" + lp(b"k") + lp(b"v")))
+    bad = publish(props=frame_props(CT_GOOD + b"\x26" + lp(b"k") + lp(b"v") + CT_BAD))
+    late = publish(props=frame_props(RT_GOOD + b"\x26" + lp(b"a") + lp(b"b") + b"\x01\x01"),
+                   payload=b"\xff")  # fails after the walk: a payload that is not UTF-8
+    rows = parse_frames([good, bad, good, late], 5).to_pylist()
+    assert [r["valid"] for r in rows] == [True, False, True, False]
+    for r in (rows[0], rows[2]):
+        assert r["content_type"] == "text/plain"
+        assert r["user_properties"] == [{"key": "k", "value": "v"}]
+    for r in (rows[1], rows[3]):
+        assert r["content_type"] is None and r["response_topic"] is None
+        assert r["user_properties"] is None
+    table = parse_frames([good, bad, good], 5)
+    # the list column holds only the entries of the valid rows
+    assert table.column("user_properties").combine_chunks().values.to_pylist() == \
+        [{"key": "k", "value": "v"}] * 2
