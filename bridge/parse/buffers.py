@@ -118,8 +118,9 @@ def _unaligned(data: np.ndarray, dtype: str, width: int) -> np.ndarray:
 
 
 def read_u16(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Big-endian Two Byte Integers at ``pos`` (one gather)."""
-    return _unaligned(data, ">u2", 2)[pos].astype(np.int64)
+    """Big-endian Two Byte Integers at ``pos`` (two byte gathers: faster in
+    numpy than one gather of unaligned big-endian pairs)."""
+    return (data[pos].astype(np.int64) << 8) | data[pos + 1]
 
 
 def read_u32(data: np.ndarray, pos: np.ndarray) -> np.ndarray:

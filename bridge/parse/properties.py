@@ -174,17 +174,27 @@ class PropertyBlock:
         self.user_keys = self.user_values = pa.array([], type=pa.string())
         self.subids = (empty, empty)
 
-    def number(self, pid: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-        if pid not in self.numbers:
-            self.numbers[pid] = (np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64))
-        return self.numbers[pid]
-
-    def range(self, pid: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if pid not in self.ranges:
-            self.ranges[pid] = (np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64),
-                                np.zeros(m, dtype=np.int64))
-            self.steps[pid] = np.zeros(m, dtype=np.int64)
-        return self.ranges[pid]
+    def store(self, m: int, parts: list[tuple[np.ndarray, ...]]) -> None:
+        """Fill ``numbers``, ``ranges`` and ``steps`` from the walk's
+        single-valued properties: (local row, identifier, step, value,
+        start, length) per step, each row and identifier at most once."""
+        if not parts:
+            return
+        lr, pid, step, value, start, length = (np.concatenate(c) for c in zip(*parts))
+        for q in np.flatnonzero(np.bincount(pid)).tolist():  # once per identifier present
+            w = np.flatnonzero(pid == q)
+            at = lr[w]
+            present = np.zeros(m, dtype=bool)
+            present[at] = True
+            if _WIRE[q] in (_STR, _BIN):
+                st, ln, sp = (np.zeros(m, dtype=np.int64) for _ in range(3))
+                st[at], ln[at], sp[at] = start[w], length[w], step[w]
+                self.ranges[q] = (present, st, ln)
+                self.steps[q] = sp
+            else:
+                vals = np.zeros(m, dtype=np.int64)
+                vals[at] = value[w]
+                self.numbers[q] = (present, vals)
 
 
 def walk_properties(problems: Problems, data: np.ndarray, rows: np.ndarray,
@@ -222,10 +232,11 @@ def walk_properties(problems: Problems, data: np.ndarray, rows: np.ndarray,
     user_parts: list[tuple[np.ndarray, ...]] = []
     sub_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     orphans: list[tuple[np.ndarray, ...]] = []
+    singles: list[tuple[np.ndarray, ...]] = []
     step = 0
     alive = np.flatnonzero((problems.code[rows] == 0) & (cur < bend))
     while len(alive):
-        _step(problems, data, rows, alive, cur, bend, scope, tagp, seen, nsub, block,
+        _step(problems, data, rows, alive, cur, bend, scope, tagp, seen, nsub, singles,
               user_parts, sub_parts, orphans, step)
         alive = alive[(problems.code[rows[alive]] == 0) & (cur[alive] < bend[alive])]
         step += 1
@@ -238,6 +249,7 @@ def walk_properties(problems: Problems, data: np.ndarray, rows: np.ndarray,
         cols = [np.concatenate(c) for c in zip(*sub_parts)]
         order = np.lexsort((cols[2], cols[0]))
         block.subids = (cols[0][order], cols[1][order])
+    block.store(m, singles)
     _check_strings(problems, data, rows, tagp, block, orphans)
     return block
 
@@ -322,7 +334,7 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
     problems.arg[br] = np.where(ids[first] == RESPONSE_WILDCARD.id, 0, arg[first])
 
 
-def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub, block,
+def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub, singles,
           user_parts, sub_parts, orphans, step) -> None:
     """The ``step``-th property of the rows ``r`` (local indices): every
     check of one iteration of the codec's property loop, in its order --
@@ -331,7 +343,6 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
     Rows are grouped by wire type so that each group's reads and checks --
     up to the repetition check and the storing of the value -- touch only
     its own rows. Advances ``cur`` for the rows that pass."""
-    m = len(cur)
     brow = rows[r]
     end = bend[r]
     sc = scope[r]
@@ -386,18 +397,12 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
             g, p, nxt, lr, bit = g[keep], p[keep], nxt[keep], lr[keep], bit[keep]
         seen[lr] |= bit
         cur[lr] = nxt
-        for q in np.flatnonzero(np.bincount(p, minlength=1)).tolist():  # per identifier
-            w = p == q
-            if value is not None:
-                present, vals = block.number(q, m)
-                present[lr[w]] = True
-                vals[lr[w]] = value[w]
-            else:
-                present, st_, ln_ = block.range(q, m)
-                present[lr[w]] = True
-                st_[lr[w]] = start[w]
-                ln_[lr[w]] = length[w]
-                block.steps[q][lr[w]] = step
+        k = len(lr)
+        if k:
+            zero = np.zeros(k, dtype=np.int64)
+            singles.append((lr, p, np.full(k, step, dtype=np.int64),
+                            zero if value is None else value,
+                            zero if start is None else start, zero if length is None else length))
 
     order = np.argsort(wire, kind="stable")
     bounds = np.concatenate(([0], np.cumsum(np.bincount((wire + 1).astype(np.intp), minlength=8))))

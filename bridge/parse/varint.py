@@ -32,7 +32,11 @@ def decode_varints(data: np.ndarray, pos: np.ndarray, end: np.ndarray):
         return np.zeros(0, dtype=np.int64), pos.copy(), status
     last = len(data) - 1
     have = pos < end
-    first = data[np.minimum(pos, last)].astype(np.int64)
+    first = data[np.minimum(pos, last)]
+    if not (first >= 0x80).any() and have.all():
+        # every integer is one byte long (the common case): nothing to loop over
+        return first.astype(np.int64), pos + 1, np.zeros(n, dtype=np.int8)
+    first = first.astype(np.int64)
     value = np.where(have, first & 0x7F, 0)
     one = have & (first < 0x80)
     status[one] = OK
