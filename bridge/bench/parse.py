@@ -17,17 +17,27 @@ same run:
     packet id and Property Length skipped; topics and payloads cut into Arrow
     arrays with the parser's own copy routine).
 
+The measurements are interleaved in ``--rounds`` rounds (default 5): each
+round runs (a) and (c) on the whole batch and (b) on the next fifth of it,
+so a shared machine that changes speed during the run slows all of them
+alike. Each rate is all the frames of its runs over all their time -- no
+best-of, for anyone.
+
 Reported: frames/s of each (wall clock; CPU-time rates too), a/b, a/c, a/b
 against the decode-only loop, c over the decode-only loop (the ceiling: a
-can never beat c), the share of (a) spent in the per-row Python path (the
-rare packet types decoded by the scalar codec), and whether (a) and (b)
-agree column by column.
+can never beat c), the rounds one by one (and a/b's min, median and max
+over them), the share of (a) spent in the per-row Python path (the rare
+packet types decoded by the scalar codec), and whether (a) and (b) agree
+column by column.
 
-Copying payloads into fresh memory is page-fault bound with Arrow's default
-allocator; ``ARROW_DEFAULT_MEMORY_POOL=jemalloc
-JE_ARROW_MALLOC_CONF=thp:always,metadata_thp:always,dirty_decay_ms:-1,muzzy_decay_ms:-1``
-(set before the process starts, e.g. as executor environment) makes (a) and
-(c) markedly faster; the JSON names the pool in use.
+Before the rounds, one untimed warm-up runs (a) and (c) on the whole batch
+and (b) on a few thousand frames (imports, first-use allocations).
+
+Copying payloads into fresh memory is page-fault bound on this kind of VM:
+with the measurements interleaved, every run of (a) and (c) faults in its
+output memory afresh (Arrow's default allocator returns freed pages to the
+kernel within milliseconds), and that is counted -- it is what a process
+that does other work between batches pays. The JSON names the Arrow pool.
 
 The mix: 98.4 % PUBLISH (QoS 0/1/2 = 50/40/10 %, topics of 20-60 bytes drawn
 from 65,536 distinct topics, payloads of 10 B-4 KiB log-uniform -- text when
@@ -59,7 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scalar-frames", type=int, default=0,
                    help="frames timed for the scalar codec (default: all of them)")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--repeat", type=int, default=3, help="runs of (a) and (c); the best counts")
+    p.add_argument("--rounds", "--repeat", type=int, default=5, dest="rounds",
+                   help="interleaved rounds: (a) and (c) on the whole batch, (b) on 1/rounds "
+                        "of it, per round (default 5)")
     p.add_argument("--json", action="store_true")
 
 
@@ -380,34 +392,43 @@ def _without_gc(fn, *args):
             gc.enable()
 
 
-def _best(fn, repeat: int) -> tuple[float, float, object]:
-    """(best wall seconds, CPU seconds of that run, result of the last run)."""
-    best, cpu, result = float("inf"), 0.0, None
-    for _ in range(repeat):
-        result = None
-        w, c = time.perf_counter(), time.process_time()
-        result = fn()
-        w, c = time.perf_counter() - w, time.process_time() - c
-        if w < best:
-            best, cpu = w, c
-    return best, cpu, result
+def _timed(fn, *args):
+    """(wall seconds, CPU seconds, result) of one call."""
+    w, c = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    return time.perf_counter() - w, time.process_time() - c, result
 
 
-def measure(n: int, seed: int = 7, scalar_frames: int = 0, repeat: int = 3) -> dict:
-    """Generate the batch and time (a), (b), (c); see the module docstring."""
+def measure(n: int, seed: int = 7, scalar_frames: int = 0, rounds: int = 5) -> dict:
+    """Generate the batch and time (a), (b), (c); see the module docstring.
+
+    The four measurements are interleaved in ``rounds`` rounds: each round
+    runs (a) and (c) on the whole batch and (b) -- full, then decode only --
+    on the next 1/rounds of the frames (at least one each). A machine that
+    changes speed while the benchmark runs (a shared host does) then slows
+    all of them alike, instead of whichever happened to run at that moment.
+    Every rate is total frames over total time: no best-of for anyone."""
+    import pyarrow as pa
+
     import bridge.parse.frames as frames_mod
     from bridge.parse import parse_frames
 
+    rounds = max(1, rounds)
     t0 = time.perf_counter()
     frames, levels, alias = generate(n, seed)
     t_gen = time.perf_counter() - t0
 
-    # warm-up (imports, first-use allocations) on a small slice
-    parse_frames(frames.slice(0, 2000), levels[:2000], alias.slice(0, 2000))
-    floor(frames.slice(0, 2000))
+    # warm-up, untimed: one run of (a) and (c) on the whole batch and (b) on
+    # a small part (imports, first-use allocations, the allocators' pools):
+    # the rounds measure the steady state a stream of batches runs in
+    parse_frames(frames, levels, alias)
+    floor(frames)
+    warm = min(n, 5000)
+    _without_gc(scalar_table, frames.slice(0, warm), alias.slice(0, warm))
+    _without_gc(scalar_decode, frames.slice(0, warm).to_pylist())
 
-    # (a), with the per-row Python path (rare packet types) timed inside it
-    per_row = []
+    # (a) times the per-row Python path (rare packet types) inside it
+    per_row = [0.0]
     inner = frames_mod.decode_rows
 
     def timed_decode_rows(*a, **kw):
@@ -415,59 +436,79 @@ def measure(n: int, seed: int = 7, scalar_frames: int = 0, repeat: int = 3) -> d
         try:
             return inner(*a, **kw)
         finally:
-            per_row[-1] += time.perf_counter() - t
+            per_row[0] += time.perf_counter() - t
 
-    def run_a():
-        per_row.append(0.0)
-        return parse_frames(frames, levels, alias)
-
+    m = min(scalar_frames or n, n)
+    cuts = np.linspace(0, m, min(rounds, m) + 1).astype(np.int64) if m else np.zeros(1, np.int64)
+    wall = {k: 0.0 for k in ("a", "b", "bd", "c")}
+    cpu = dict(wall)
+    per_round = []
+    table = None
+    scalar_tables = []
     frames_mod.decode_rows = timed_decode_rows
     try:
-        t_a, cpu_a, table = _best(run_a, repeat)
+        for r in range(rounds):
+            table = None
+            wa, ca, table = _timed(parse_frames, frames, levels, alias)
+            wc, cc, _ = _timed(floor, frames)
+            wb = cb = wbd = cbd = 0.0
+            k = 0
+            if r + 1 < len(cuts):
+                lo, k = int(cuts[r]), int(cuts[r + 1] - cuts[r])
+                sub, sub_alias = frames.slice(lo, k), alias.slice(lo, k)
+                wb, cb, tb = _timed(_without_gc, scalar_table, sub, sub_alias)
+                scalar_tables.append(tb)
+                py = sub.to_pylist()
+                wbd, cbd, _ = _timed(_without_gc, scalar_decode, py)
+                del py
+            for key, w_, c_ in (("a", wa, ca), ("c", wc, cc), ("b", wb, cb), ("bd", wbd, cbd)):
+                wall[key] += w_
+                cpu[key] += c_
+            per_round.append({"a_s": round(wa, 3), "c_s": round(wc, 3), "b_frames": k,
+                              "b_s": round(wb, 3),
+                              "a_over_b": round((n / wa) / (k / wb), 2) if k and wb else None})
     finally:
         frames_mod.decode_rows = inner
-    per_row_s = min(per_row)
     valid = table.column("valid").to_numpy(zero_copy_only=False)
     ptypes = table.column("packet_type").to_numpy()
     per_row_rows = int(np.isin(ptypes, [1, 2, 8, 9, 10, 11, 14, 15]).sum())
+    agree = _agree(table.slice(0, m), pa.concat_tables(scalar_tables)) if m else True
 
-    # (c)
-    t_c, cpu_c, _ = _best(lambda: floor(frames), repeat)
+    a, c = rounds * n / wall["a"], rounds * n / wall["c"]
+    b = m / wall["b"] if m else float("nan")
+    b_dec = m / wall["bd"] if m else float("nan")
+    ratios = [x["a_over_b"] for x in per_round if x["a_over_b"] is not None]
 
-    # (b): the full per-frame loop, then the decode-only loop
-    m = min(scalar_frames or n, n)
-    sub, sub_alias = frames.slice(0, m), alias.slice(0, m)
-    t_b, cpu_b, table_b = _best(lambda: _without_gc(scalar_table, sub, sub_alias), 1)
-    py = sub.to_pylist()
-    t_bd, cpu_bd, _ = _best(lambda: _without_gc(scalar_decode, py), 1)
-    agree = _agree(table.slice(0, m), table_b)
-
-    a, b, b_dec, c = n / t_a, m / t_b, m / t_bd, n / t_c
-    import pyarrow as pa
 
     return {
         "arrow_memory_pool": pa.default_memory_pool().backend_name,
+
         "je_arrow_malloc_conf": os.environ.get("JE_ARROW_MALLOC_CONF"),
         "frames": n, "bytes": int(frames.nbytes), "generate_s": round(t_gen, 3),
         "invalid_share": round(1 - float(valid.mean()), 4),
         "rates_frames_per_s": {"vectorised": round(a), "scalar": round(b),
                                "scalar_decode_only": round(b_dec), "floor": round(c)},
-        "cpu_rates_frames_per_s": {"vectorised": round(n / cpu_a), "scalar": round(m / cpu_b),
-                                   "scalar_decode_only": round(m / cpu_bd), "floor": round(n / cpu_c)},
-        "seconds": {"vectorised": round(t_a, 3), "scalar": round(t_b, 3),
-                    "scalar_decode_only": round(t_bd, 3), "floor": round(t_c, 3)},
-        "scalar_frames": m, "repeat": repeat,
+        "cpu_rates_frames_per_s": {"vectorised": round(rounds * n / cpu["a"]),
+                                   "scalar": round(m / cpu["b"]),
+                                   "scalar_decode_only": round(m / cpu["bd"]),
+                                   "floor": round(rounds * n / cpu["c"])},
+        "seconds": {"vectorised": round(wall["a"] / rounds, 3), "scalar": round(wall["b"], 3),
+                    "scalar_decode_only": round(wall["bd"], 3),
+                    "floor": round(wall["c"] / rounds, 3)},
+        "scalar_frames": m, "rounds": rounds, "per_round": per_round,
         "a_over_b": round(a / b, 2), "a_over_c": round(a / c, 3),
+        "a_over_b_per_round": {"min": min(ratios), "median": float(np.median(ratios)),
+                               "max": max(ratios)} if ratios else None,
         "a_over_b_decode_only": round(a / b_dec, 2), "c_over_b_decode_only": round(c / b_dec, 2),
-        "per_row_python": {"rows": per_row_rows, "seconds": round(per_row_s, 4),
-                           "share_of_vectorised": round(per_row_s / t_a, 4)},
+        "per_row_python": {"rows": per_row_rows, "seconds": round(per_row[0] / rounds, 4),
+                           "share_of_vectorised": round(per_row[0] / wall["a"], 4)},
         "a_and_b_agree": bool(agree),
         "target_a_over_b": 20, "meets_target": a / b >= 20,
     }
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    res = measure(args.frames, args.seed, args.scalar_frames, args.repeat)
+    res = measure(args.frames, args.seed, args.scalar_frames, args.rounds)
     if args.json:
         print(json.dumps(res))
         return 0
@@ -475,16 +516,20 @@ def run(args: argparse.Namespace, config: Config) -> int:
     print(f"parse: {res['frames']:,} frames, {res['bytes'] / 2**20:.0f} MiB, "
           f"{res['invalid_share'] * 100:.1f} % invalid (generated in {res['generate_s']} s)")
     print(f"  (a) vectorised parse_frames          : {r['vectorised']:>10,} frames/s "
-          f"({s['vectorised']} s, best of {res['repeat']})")
+          f"({s['vectorised']} s per run, {res['rounds']} runs)")
     print(f"  (b) scalar codec per frame, columns  : {r['scalar']:>10,} frames/s "
           f"({s['scalar']} s, {res['scalar_frames']:,} frames)")
     print(f"      scalar codec per frame, decode   : {r['scalar_decode_only']:>10,} frames/s "
           f"({s['scalar_decode_only']} s)")
     print(f"  (c) floor: slice topic+payload only  : {r['floor']:>10,} frames/s "
-          f"({s['floor']} s, best of {res['repeat']})")
+          f"({s['floor']} s per run, {res['rounds']} runs)")
     print(f"  a/b = {res['a_over_b']} (target >= {res['target_a_over_b']}: "
           f"{'met' if res['meets_target'] else 'NOT met'}), a/c = {res['a_over_c']}, "
           f"a/b(decode only) = {res['a_over_b_decode_only']}")
+    if res["a_over_b_per_round"]:
+        q = res["a_over_b_per_round"]
+        print(f"  a/b round by round ({res['rounds']} interleaved rounds): min {q['min']}, "
+              f"median {q['median']}, max {q['max']}")
     p = res["per_row_python"]
     print(f"  per-row Python (rare packet types via the scalar codec): {p['rows']:,} rows, "
           f"{p['seconds']} s = {p['share_of_vectorised'] * 100:.2f} % of (a)")

@@ -35,8 +35,11 @@ def test_generated_mix():
 
 
 def test_small_measurement():
-    res = measure(3000, scalar_frames=3000, repeat=1)
+    res = measure(3000, scalar_frames=3000, rounds=3)
     assert res["a_and_b_agree"] is True
+    # interleaved: every round timed (a) on the whole batch and (b) on a third
+    assert [r["b_frames"] for r in res["per_round"]] == [1000, 1000, 1000]
+    assert all(r["a_s"] > 0 and r["b_s"] > 0 for r in res["per_round"])
     assert set(res["rates_frames_per_s"]) == {"vectorised", "scalar", "scalar_decode_only", "floor"}
     assert res["per_row_python"]["rows"] > 0
     assert 0 <= res["per_row_python"]["share_of_vectorised"] < 1
@@ -44,7 +47,7 @@ def test_small_measurement():
 
 @pytest.mark.subprocess
 def test_cli_json(lakegate_cmd):
-    out = subprocess.run(lakegate_cmd + ["bench", "parse", "--frames", "2000", "--repeat", "1", "--json"],
+    out = subprocess.run(lakegate_cmd + ["bench", "parse", "--frames", "2000", "--rounds", "1", "--json"],
                          capture_output=True, text=True, timeout=300, check=True)
     res = json.loads(out.stdout)
     assert {"a_over_b", "a_over_c", "rates_frames_per_s"} <= set(res)
