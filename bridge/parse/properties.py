@@ -270,8 +270,8 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
     array over the batch rows (``block.values``, later the output column)
     and the User Property keys and values one ``string`` array each; the
     strings are checked on those arrays. Strings that the walk read but did
-    not store (a repeated property, a Response Topic with a wildcard, a name
-    whose value runs past the end: the "orphans") are checked on their own.
+    not store (a repeated property, a name whose value is cut off: the
+    "orphans") are checked on their own.
 
     A bad string at step k (time 2k, or 2k+1 for a User Property value)
     fails its row with the string's check, replacing what the walk recorded
@@ -339,10 +339,11 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
     """The ``step``-th property of the rows ``r`` (local indices): every
     check of one iteration of the codec's property loop, in its order --
     except the UTF-8 rules of the strings and the Response Topic's wildcard
-    check, which :func:`_check_strings` applies afterwards (strings read but not stored go to ``orphans``).
-    Rows are grouped by wire type so that each group's reads and checks --
-    up to the repetition check and the storing of the value -- touch only
-    its own rows. Advances ``cur`` for the rows that pass."""
+    check, which :func:`_check_strings` applies afterwards (strings read
+    but not stored go to ``orphans``). Rows are grouped by wire type so
+    that each group's reads and checks -- up to the repetition check and the
+    storing of the value -- touch only its own rows. Advances ``cur`` for
+    the rows that pass."""
     brow = rows[r]
     end = bend[r]
     sc = scope[r]
@@ -390,9 +391,8 @@ def _step(problems: Problems, data, rows, r, cur, bend, scope, tagp, seen, nsub,
             if value is not None:
                 value = value[keep]
             else:
-                if _WIRE[p[dup]].max() == _STR:
-                    s = _WIRE[p[dup]] == _STR
-                    orphan(g[dup][s], start[dup][s], length[dup][s], p[dup][s], False)
+                s = np.flatnonzero(dup)[_WIRE[p[dup]] == _STR]  # binary data: no rules
+                orphan(g[s], start[s], length[s], p[s], False)
                 start, length = start[keep], length[keep]
             g, p, nxt, lr, bit = g[keep], p[keep], nxt[keep], lr[keep], bit[keep]
         seen[lr] |= bit
