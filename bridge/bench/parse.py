@@ -419,8 +419,7 @@ def measure(n: int, seed: int = 7, scalar_frames: int = 0, rounds: int = 5) -> d
     t_gen = time.perf_counter() - t0
 
     # warm-up, untimed: one run of (a) and (c) on the whole batch and (b) on
-    # a small part (imports, first-use allocations, the allocators' pools):
-    # the rounds measure the steady state a stream of batches runs in
+    # a small part (imports, first-use allocations)
     parse_frames(frames, levels, alias)
     floor(frames)
     warm = min(n, 5000)

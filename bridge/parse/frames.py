@@ -347,12 +347,7 @@ def _publish(P, out, buffer, data, ptype, qos, lv, client, body, bend):
     P.fail(pr, TOPIC_ILL, 0, status == utf8.ILL_FORMED)
     P.fail(pr, TOPIC_NUL, 0, status == utf8.NUL)
     P.fail(pr, TOPIC_DISALLOWED, 0, status == utf8.DISALLOWED)
-    wild = np.zeros(n, dtype=bool)
-    if toff[-1] > 0:
-        hit = np.flatnonzero((tval[:toff[-1]] == 0x2B) | (tval[:toff[-1]] == 0x23))
-        wild[np.searchsorted(toff, hit, side="right") - 1] = True
-    wild = wild[pr]
-    P.fail(pr, TOPIC_WILDCARD, 0, wild)
+    P.fail(pr, TOPIC_WILDCARD, 0, utf8.has_wildcard(tval, toff)[pr])
     # Packet Identifier (QoS > 0)
     cur = ts + tl
     q = qos[pr]

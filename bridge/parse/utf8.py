@@ -24,9 +24,11 @@ only, for the disallowed set.
 kernel clears the common strings; only the others go through
 :func:`check_strings`. :func:`range_status` does the same for ranges of a
 larger buffer, which Arrow copies back to back first
-(:func:`bridge.parse.buffers.take_ranges`). :func:`range_has_wildcard` reads the ranges in
-place as fixed-width rows (one numpy gather of 16, 32 or 64 bytes per range);
-only ranges longer than the window are gathered exactly.
+(:func:`bridge.parse.buffers.take_ranges`). :func:`has_wildcard` finds '+'
+and '#' in strings stored back to back; :func:`range_has_wildcard` reads
+ranges of a larger buffer in place as fixed-width rows (one numpy gather of
+16, 32 or 64 bytes per range); only ranges longer than the window are
+gathered exactly.
 
 :func:`well_formed` checks only rule 1 (the Payload Format Indicator check:
 NUL and control characters are fine in a payload). Bytes that never occur in
@@ -253,7 +255,5 @@ def range_has_wildcard(data: np.ndarray, start: np.ndarray, length: np.ndarray) 
         rest[fast] = False
     ri = np.flatnonzero(rest)
     if len(ri):
-        vals, off = _gather(data, start[ri], length[ri])
-        hit = np.flatnonzero((vals == 0x2B) | (vals == 0x23))
-        out[ri[np.unique(np.searchsorted(off, hit, side="right") - 1)]] = True
+        out[ri] = has_wildcard(*_gather(data, start[ri], length[ri]))
     return out
