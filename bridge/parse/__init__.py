@@ -6,6 +6,6 @@ Spark job's pandas UDF. Runs on executors: numpy, pyarrow and the pure-Python
 codec tables only.
 """
 
-from bridge.parse.frames import PARSED_SCHEMA, parse_frames
+from bridge.parse.frames import PARSED_SCHEMA, PARSED_VIEW_SCHEMA, parse_frames
 
-__all__ = ["PARSED_SCHEMA", "parse_frames"]
+__all__ = ["PARSED_SCHEMA", "PARSED_VIEW_SCHEMA", "parse_frames"]

@@ -11,6 +11,8 @@
   a ``binary`` array over ``data`` (no copy) that Arrow ``take``s; others are
   described as a ``binary_view`` array that points into ``data`` (no copy),
   which Arrow then casts to ``binary``.
+* :func:`view_ranges` describes the same ranges as a ``binary_view`` array
+  pointing into the frames' buffer: no copy of the bytes at all.
 
 Runs on executors (inside the parser's pandas UDF); imports only numpy and
 pyarrow.
@@ -31,6 +33,7 @@ __all__ = [
     "read_u8",
     "take_ranges",
     "value_buffers",
+    "view_ranges",
 ]
 
 
@@ -133,10 +136,16 @@ _I32_MAX = np.iinfo(np.int32).max  # binary arrays have 32-bit offsets
 _J12 = np.arange(_INLINE, dtype=np.int64)
 
 
-def _views(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
-           valid: np.ndarray | None, out_type) -> pa.Array:
-    """A binary_view/string_view array over ``data`` (16-byte views built with
-    numpy: length, then 12 inline bytes or a 4-byte prefix, buffer 0, offset)."""
+def view_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
+                valid: np.ndarray | None = None, out_type=pa.binary_view()) -> pa.Array:
+    """A ``binary_view`` (or ``string_view``) array whose row i is
+    ``data[start[i]:start[i]+length[i]]`` (null where ``valid`` is False),
+    pointing into ``buffer`` -- the bytes are not copied; the array keeps
+    ``buffer`` alive. ``data`` is the numpy view of ``buffer``.
+
+    The 16-byte views are built with numpy: length, then 12 inline bytes or
+    a 4-byte prefix, buffer 0 and the offset. Ranges may come in any order
+    and overlap."""
     n = len(start)
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
@@ -223,7 +232,7 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
             values = ranges.take(pa.Array.from_buffers(pa.int32(), len(sel),
                                                        [None, pa.py_buffer(odd)])).buffers()[2]
         else:
-            part = _views(buffer, data, start[sel], length[sel], None, pa.binary_view())
+            part = view_ranges(buffer, data, start[sel], length[sel])
             values = part.cast(pa.binary()).buffers()[2]
     return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets), values],
                                  null_count=nulls)

@@ -3,9 +3,11 @@
 :class:`Outputs` holds, per batch row, the positions (in the frame buffer)
 and values the parser found; :func:`assemble` turns them into one
 ``pyarrow.RecordBatch`` with exactly :data:`PARSED_SCHEMA`
-(``schemas.frames.PARSED_FRAME_DDL``). Every column is built from numpy
+(``schemas.frames.PARSED_FRAME_DDL``), or :data:`PARSED_VIEW_SCHEMA` when
+payloads are to stay in the frames' buffer. Every column is built from numpy
 arrays and Arrow buffers (:func:`bridge.parse.buffers.take_ranges` for
-strings and binaries, validity bitmaps packed by numpy); only the values of
+strings and binaries, :func:`~bridge.parse.buffers.view_ranges` for payloads
+left in place, validity bitmaps packed by numpy); only the values of
 the rare rows the scalar codec decoded pass through Python lists.
 
 Runs on executors; numpy and pyarrow only.
@@ -17,14 +19,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bridge.parse.buffers import take_ranges
+from bridge.parse.buffers import take_ranges, view_ranges
 from schemas.ddl import to_arrow
 from schemas.frames import PARSED_FRAME_DDL
 
-__all__ = ["Outputs", "PARSED_SCHEMA", "assemble"]
+__all__ = ["Outputs", "PARSED_SCHEMA", "PARSED_VIEW_SCHEMA", "assemble"]
 
 #: The Arrow schema of the parser's result (from ``schemas.frames``).
 PARSED_SCHEMA: pa.Schema = to_arrow(PARSED_FRAME_DDL)
+
+#: The same with ``payload`` as ``binary_view``: the same values, as views
+#: into the frames' buffer instead of a copy (``parse_frames(...,
+#: payload_views=True)``; the Spark UDF's choice).
+PARSED_VIEW_SCHEMA: pa.Schema = PARSED_SCHEMA.set(
+    PARSED_SCHEMA.get_field_index("payload"),
+    PARSED_SCHEMA.field("payload").with_type(pa.binary_view()))
 
 PUBLISH = 3
 
@@ -101,8 +110,9 @@ def _scatter(values: list, rows: np.ndarray, n: int, typ) -> pa.Array:
     return pa.array([values[i] for i in keep], type=typ).take(pa.array(idx, mask=idx < 0))
 
 
-def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, alias):
-    schema = PARSED_SCHEMA
+def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, alias,
+             payload_views=False):
+    schema = PARSED_VIEW_SCHEMA if payload_views else PARSED_SCHEMA
     valid = P.code == 0
     pub = out.is_pub & valid
     cols: dict[str, pa.Array] = {}
@@ -137,7 +147,8 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
         pid_vals[sres.rows[keep]] = sp[keep]
         pid_present[sres.rows[keep]] = True
     cols["packet_id"] = _ints(pid_vals, pid_present, pa.int32())
-    cols["payload"] = take_ranges(buffer, data, out.payload_start, out.payload_len, pub)
+    cut = view_ranges if payload_views else take_ranges
+    cols["payload"] = cut(buffer, data, out.payload_start, out.payload_len, pub)
     cols["payload_size"] = _ints(out.payload_len, pub, pa.int32())
 
     block = out.props

@@ -55,13 +55,13 @@ from bridge.parse import utf8
 from bridge.parse.buffers import (
     frame_buffers, frames_array, read_u16, take_ranges, value_buffers,
 )
-from bridge.parse.columns import PARSED_SCHEMA, Outputs, assemble
+from bridge.parse.columns import PARSED_SCHEMA, PARSED_VIEW_SCHEMA, Outputs, assemble
 from bridge.parse.problems import Problems, check
 from bridge.parse.properties import SCOPES, walk_properties
 from bridge.parse.scalar import SCALAR_TYPES, decode_rows
 from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
 
-__all__ = ["PARSED_SCHEMA", "parse_frames"]
+__all__ = ["PARSED_SCHEMA", "PARSED_VIEW_SCHEMA", "parse_frames"]
 
 PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP = 3, 4, 5, 6, 7, 12, 13
 _ACKS = (PUBACK, PUBREC, PUBREL, PUBCOMP)
@@ -211,7 +211,7 @@ SLICE_ROWS = 1 << 15
 
 
 def parse_frames(frames, protocol_levels, alias_topics=None, *, from_client=True,
-                 max_packet_bytes: int | None = None) -> pa.Table:
+                 max_packet_bytes: int | None = None, payload_views: bool = False) -> pa.Table:
     """Parse a batch of captured frames into ``PARSED_FRAME_DDL`` columns.
 
     ``frames``: pyarrow Binary/LargeBinary array or ChunkedArray, pandas
@@ -221,10 +221,17 @@ def parse_frames(frames, protocol_levels, alias_topics=None, *, from_client=True
     str/None per frame, the capture header ``alias_topic``.
     ``from_client``: bool or one per frame (False for frames a server sent,
     e.g. the tap's). ``max_packet_bytes``: the edge's Maximum Packet Size, if
-    it should be re-checked.
+    it should be re-checked. ``payload_views``: leave the payloads in the
+    frames' buffer (see below).
 
     Returns a ``pyarrow.Table`` with :data:`PARSED_SCHEMA`, one row per frame
-    in input order. Never raises for bad frames (they are rows with
+    in input order. With ``payload_views=True`` the ``payload`` column is a
+    ``binary_view`` array pointing into the frames' buffer
+    (:data:`PARSED_VIEW_SCHEMA`): no copy of the payload bytes, the same
+    values (``to_pandas``/``to_pylist`` give the same bytes). The Spark UDF
+    uses it, since it converts to pandas straight away; the default copies,
+    because pyarrow has no ``take``/``filter``/comparison kernels for view
+    types yet (``.cast(pa.binary())`` converts). Never raises for bad frames (they are rows with
     ``valid`` false); raises TypeError/ValueError for bad arguments.
 
     Runs on executors; picklable (a module-level function).
@@ -234,8 +241,9 @@ def parse_frames(frames, protocol_levels, alias_topics=None, *, from_client=True
     levels = _int_column(protocol_levels, n, "protocol_levels")
     client = _bool_column(from_client, n, "from_client")
     alias = _string_column(alias_topics, n, "alias_topics")
+    schema = PARSED_VIEW_SCHEMA if payload_views else PARSED_SCHEMA
     if n == 0:
-        return PARSED_SCHEMA.empty_table()
+        return schema.empty_table()
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=arr.offset + n + 1)[arr.offset:]
     batches = []
     lo = 0
@@ -245,13 +253,14 @@ def parse_frames(frames, protocol_levels, alias_topics=None, *, from_client=True
         hi = min(max(hi, lo + 1), n, lo + SLICE_ROWS)
         batches.append(_parse_slice(
             arr.slice(lo, hi - lo), levels[lo:hi], client[lo:hi],
-            None if alias is None else alias.slice(lo, hi - lo), max_packet_bytes))
+            None if alias is None else alias.slice(lo, hi - lo), max_packet_bytes, payload_views))
         lo = hi
-    return pa.Table.from_batches(batches, schema=PARSED_SCHEMA)
+    return pa.Table.from_batches(batches, schema=schema)
 
 
 def _parse_slice(arr: pa.LargeBinaryArray, level: np.ndarray, client: np.ndarray,
-                 alias: pa.Array | None, max_packet_bytes: int | None) -> pa.RecordBatch:
+                 alias: pa.Array | None, max_packet_bytes: int | None,
+                 payload_views: bool) -> pa.RecordBatch:
     fb = frame_buffers(arr)
     data, s0, fe = fb.data, fb.start, fb.end
     buffer = fb.buffer
@@ -318,7 +327,8 @@ def _parse_slice(arr: pa.LargeBinaryArray, level: np.ndarray, client: np.ndarray
         tr = np.asarray(sres.trailing, dtype=np.int64)
         P.fail(tr, TRAILING, size[tr] - total[tr])
 
-    return assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, alias)
+    return assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, alias,
+                    payload_views)
 
 
 def _publish(P, out, buffer, data, ptype, qos, lv, client, body, bend):

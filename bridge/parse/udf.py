@@ -35,7 +35,10 @@ def parse_frames_pandas(frame: pd.Series, protocol_level: pd.Series, alias_topic
     from bridge.parse.frames import parse_frames
 
     from_client = (origin != "tap").to_numpy(dtype=bool, na_value=True)
-    table = parse_frames(frame, protocol_level, alias_topic, from_client=from_client)
+    # payloads stay in the frames' buffer: to_pandas copies each into its bytes
+    # object anyway, so a copy in between would be wasted
+    table = parse_frames(frame, protocol_level, alias_topic, from_client=from_client,
+                         payload_views=True)
     # nullable integers and booleans as pandas extension columns: exact values
     # (no float round trip) and no Python object per row
     return table.to_pandas(types_mapper=_NULLABLE.get)

@@ -39,8 +39,9 @@ def test_small_measurement():
     assert res["a_and_b_agree"] is True
     # interleaved: every round timed (a) on the whole batch and (b) on a third
     assert [r["b_frames"] for r in res["per_round"]] == [1000, 1000, 1000]
-    assert all(r["a_s"] > 0 and r["b_s"] > 0 for r in res["per_round"])
-    assert set(res["rates_frames_per_s"]) == {"vectorised", "scalar", "scalar_decode_only", "floor"}
+    assert all(r["a_s"] > 0 and r["a_copy_s"] > 0 and r["b_s"] > 0 for r in res["per_round"])
+    assert set(res["rates_frames_per_s"]) == {"vectorised", "vectorised_copied_payloads", "scalar",
+                                              "scalar_decode_only", "floor"}
     assert res["per_row_python"]["rows"] > 0
     assert 0 <= res["per_row_python"]["share_of_vectorised"] < 1
 
