@@ -12,7 +12,7 @@ from bridge.mqtt import (
     Connect, Disconnect, PingReq, Properties, PubAck, PubComp, PubRec, PubRel, Publish,
     Subscribe, Subscription, Will, encode,
 )
-from bridge.parse import PARSED_SCHEMA, parse_frames
+from bridge.parse import PARSED_SCHEMA, PARSED_VIEW_SCHEMA, parse_frames
 from schemas.ddl import to_arrow
 from schemas.frames import PARSED_FRAME_DDL
 from tests.parse.reference import compare, reference_row
@@ -174,6 +174,44 @@ def test_large_batches_are_parsed_in_slices(monkeypatch):
     assert sliced.num_rows == 51 and sliced.to_pylist() == whole.to_pylist()
     monkeypatch.setattr(frames_mod, "SLICE_BYTES", 1)  # one frame per slice
     assert parse_frames(frames, 5).to_pylist() == whole.to_pylist()
+
+
+def _payload_frames():
+    """PUBLISH frames with empty, inline (<= 12 bytes) and long payloads,
+    around invalid frames, a null record and other packet types."""
+    sizes = [0, 1, 4, 11, 12, 13, 40, 300, 5000]
+    frames = [pub(topic=f"s/{n}", payload=bytes(range(256)) * (n // 256) + bytes(n % 256),
+                  qos=n % 2, packet_id=(n % 2) or None) for n in sizes]
+    return frames + [b"\x36\x00", None, encode(PubAck(packet_id=3), 5),
+                     pub(payload=b"z" * 20) + b"\x00"] + frames[::-1]
+
+
+def test_payload_views_give_the_same_values_without_copying(monkeypatch):
+    frames = pa.array(_payload_frames(), pa.large_binary())
+    copied = parse_frames(frames, 5)
+    for slice_rows in (1 << 15, 4):  # one slice; many slices, each with its own buffer
+        monkeypatch.setattr(frames_mod, "SLICE_ROWS", slice_rows)
+        views = parse_frames(frames, 5, payload_views=True)
+        assert views.schema == PARSED_VIEW_SCHEMA
+        assert views.schema.field("payload").type == pa.binary_view()
+        assert views.to_pylist() == copied.to_pylist()
+        assert views.column("payload").cast(pa.binary()).equals(copied.column("payload"))
+        # no copy: the long payloads' views point into the frames' own buffer
+        base, size = frames.buffers()[2].address, frames.buffers()[2].size
+        for chunk in views.column("payload").chunks:
+            assert [b.address - base < size for b in chunk.buffers()[2:]] == \
+                [True] * (len(chunk.buffers()) - 2)
+    assert PARSED_VIEW_SCHEMA.remove(PARSED_VIEW_SCHEMA.get_field_index("payload")) == \
+        PARSED_SCHEMA.remove(PARSED_SCHEMA.get_field_index("payload"))
+
+
+def test_payload_views_to_pandas_and_empty_batch():
+    frames = _payload_frames()
+    views = parse_frames(frames, 5, payload_views=True).to_pandas()
+    copied = parse_frames(frames, 5).to_pandas()
+    assert views["payload"].tolist() == copied["payload"].tolist()
+    assert isinstance(views["payload"].iloc[7], bytes) and len(views["payload"].iloc[8]) == 5000
+    assert parse_frames([], [], payload_views=True).schema == PARSED_VIEW_SCHEMA
 
 
 def test_bad_arguments_raise():
