@@ -5,7 +5,11 @@ generated -- vectorised, in a second or two -- and parsed three ways in the
 same run:
 
 (a) **vectorised**: :func:`bridge.parse.parse_frames`, all rules, all
-    columns, from the Arrow array to the Arrow table;
+    columns, from the Arrow array to the Arrow table, called as the Spark
+    UDF calls it (``payload_views=True``: payloads left in the frames'
+    buffer, since the UDF hands them to pandas, which copies each into its
+    ``bytes``). Also timed and reported beside it: the same with the
+    payloads copied (the function's default);
 (b) **scalar**: the edge's codec in a per-frame loop producing the same
     table as (a): the frames as Python ``bytes``, ``decode_packet`` and the
     checks the parser adds, one row of values per frame, one Arrow array per
@@ -14,11 +18,12 @@ same run:
     the cyclic GC paused (their best case), on ``--scalar-frames`` frames;
 (c) **floor**: one numpy pass that finds and slices the same topic and
     payload bytes with no validation at all (Remaining Length, topic length,
-    packet id and Property Length skipped; topics and payloads cut into Arrow
-    arrays with the parser's own copy routine).
+    packet id and Property Length skipped; topics copied and payloads left
+    in place by the routines (a) uses).
 
 The measurements are interleaved in ``--rounds`` rounds (default 5): each
-round runs (a) and (c) on the whole batch and (b) on the next fifth of it,
+round runs (a), (a) with copied payloads and (c) on the whole batch and (b)
+on the next fifth of it,
 so a shared machine that changes speed during the run slows all of them
 alike. Each rate is all the frames of its runs over all their time -- no
 best-of, for anyone.
@@ -30,14 +35,16 @@ over them), the share of (a) spent in the per-row Python path (the rare
 packet types decoded by the scalar codec), and whether (a) and (b) agree
 column by column.
 
-Before the rounds, one untimed warm-up runs (a) and (c) on the whole batch
-and (b) on a few thousand frames (imports, first-use allocations).
+Before the rounds, one untimed warm-up runs (a) (both ways) and (c) on the
+whole batch and (b) on a few thousand frames (imports, first-use
+allocations).
 
 Copying payloads into fresh memory is page-fault bound on this kind of VM:
-with the measurements interleaved, every run of (a) and (c) faults in its
-output memory afresh (Arrow's default allocator returns freed pages to the
-kernel within milliseconds), and that is counted -- it is what a process
-that does other work between batches pays. The JSON names the Arrow pool.
+with the measurements interleaved, every run faults in its output memory
+afresh (Arrow's default allocator returns freed pages to the kernel within
+milliseconds), and that is counted -- it is what a process that does other
+work between batches pays. That is most of the difference between (a) and
+(a) with copied payloads. The JSON names the Arrow pool.
 
 The mix: 98.4 % PUBLISH (QoS 0/1/2 = 50/40/10 %, topics of 20-60 bytes drawn
 from 65,536 distinct topics, payloads of 10 B-4 KiB log-uniform -- text when
@@ -69,8 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames timed for the scalar codec (default: all of them)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rounds", "--repeat", type=int, default=5, dest="rounds",
-                   help="interleaved rounds: (a) and (c) on the whole batch, (b) on 1/rounds "
-                        "of it, per round (default 5)")
+                   help="interleaved rounds: (a) (both ways) and (c) on the whole batch, "
+                        "(b) on 1/rounds of it, per round (default 5)")
     p.add_argument("--json", action="store_true")
 
 
@@ -411,9 +418,9 @@ def _timed(fn, *args):
 def measure(n: int, seed: int = 7, scalar_frames: int = 0, rounds: int = 5) -> dict:
     """Generate the batch and time (a), (b), (c); see the module docstring.
 
-    The four measurements are interleaved in ``rounds`` rounds: each round
-    runs (a) and (c) on the whole batch and (b) -- full, then decode only --
-    on the next 1/rounds of the frames (at least one each). A machine that
+    The five measurements are interleaved in ``rounds`` rounds: each round
+    runs (a) (both ways) and (c) on the whole batch and (b) -- full, then
+    decode only -- on the next 1/rounds of the frames (at least one each). A machine that
     changes speed while the benchmark runs (a shared host does) then slows
     all of them alike, instead of whichever happened to run at that moment.
     Every rate is total frames over total time: no best-of for anyone."""
@@ -432,8 +439,8 @@ def measure(n: int, seed: int = 7, scalar_frames: int = 0, rounds: int = 5) -> d
 
     a_views, a_copy = vectorised(True), vectorised(False)
 
-    # warm-up, untimed: one run of (a) and (c) on the whole batch and (b) on
-    # a small part (imports, first-use allocations)
+    # warm-up, untimed: one run of (a) (both ways) and (c) on the whole batch
+    # and (b) on a small part (imports, first-use allocations)
     a_views()
     a_copy()
     floor(frames)
