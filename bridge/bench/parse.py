@@ -23,9 +23,8 @@ same run:
 
 The measurements are interleaved in ``--rounds`` rounds (default 5): each
 round runs (a), (a) with copied payloads and (c) on the whole batch and (b)
-on the next fifth of it,
-so a shared machine that changes speed during the run slows all of them
-alike. Each rate is all the frames of its runs over all their time -- no
+on the next fifth of it, so a shared machine that changes speed during the
+run slows all of them alike. Each rate is all the frames of its runs over all their time -- no
 best-of, for anyone.
 
 Reported: frames/s of each (wall clock; CPU-time rates too), a/b, a/c, a/b
@@ -420,9 +419,10 @@ def measure(n: int, seed: int = 7, scalar_frames: int = 0, rounds: int = 5) -> d
 
     The five measurements are interleaved in ``rounds`` rounds: each round
     runs (a) (both ways) and (c) on the whole batch and (b) -- full, then
-    decode only -- on the next 1/rounds of the frames (at least one each). A machine that
-    changes speed while the benchmark runs (a shared host does) then slows
-    all of them alike, instead of whichever happened to run at that moment.
+    decode only -- on the next 1/rounds of the frames (at least one each). A
+    machine that changes speed while the benchmark runs (a shared host does)
+    then slows all of them alike, instead of whichever happened to run at
+    that moment.
     Every rate is total frames over total time: no best-of for anyone."""
     import pyarrow as pa
 
@@ -542,7 +542,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     r, s = res["rates_frames_per_s"], res["seconds"]
     print(f"parse: {res['frames']:,} frames, {res['bytes'] / 2**20:.0f} MiB, "
           f"{res['invalid_share'] * 100:.1f} % invalid (generated in {res['generate_s']} s)")
-    print(f"  (a) vectorised parse_frames, as the UDF: {r['vectorised']:>10,} frames/s "
+    print(f"  (a) parse_frames as the UDF calls it   : {r['vectorised']:>10,} frames/s "
           f"({s['vectorised']} s per run, {res['rounds']} runs; payloads left in place)")
     print(f"      the same, payloads copied          : {r['vectorised_copied_payloads']:>10,} frames/s "
           f"({s['vectorised_copied_payloads']} s per run; the default of parse_frames)")
