@@ -10,7 +10,7 @@ from bridge.mqtt.errors import MqttError
 from bridge.mqtt.strings import decode_utf8
 from bridge.mqtt.varint import decode_varint
 from bridge.parse import utf8
-from bridge.parse.buffers import ranges_array, take_ranges
+from bridge.parse.buffers import ranges_array, read_u16, read_u32, take_ranges, view_ranges
 from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
 
 _STATUS = {"MQTT-1.5.4-1": utf8.ILL_FORMED, "MQTT-1.5.4-2": utf8.NUL,
@@ -136,6 +136,36 @@ def test_take_ranges_in_buffer_order_and_not(raw, data):
     back = take_ranges(buf, u8, starts[::-1], lens[::-1], valid[::-1])
     back.validate(full=True)
     assert back.to_pylist() == want[::-1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(min_size=1, max_size=120), st.data())
+def test_view_ranges_point_at_the_ranges(raw, data):
+    """Any ranges (any order, overlapping, empty, inline up to 12 bytes, up to
+    the buffer's last byte) as views: Arrow's full validation (which checks
+    each long view's 4-byte prefix against the bytes) passes and the values
+    are the slices."""
+    n = data.draw(st.integers(1, 30))
+    starts = [data.draw(st.integers(0, len(raw))) for _ in range(n)]
+    lens = [data.draw(st.integers(0, len(raw) - s)) for s in starts]
+    valid = np.array([data.draw(st.booleans()) for _ in range(n)])
+    buf = pa.py_buffer(raw)
+    arr = view_ranges(buf, np.frombuffer(buf, dtype=np.uint8), np.array(starts), np.array(lens),
+                      valid)
+    arr.validate(full=True)
+    assert arr.type == pa.binary_view() and arr.null_count == n - valid.sum()
+    assert arr.to_pylist() == [raw[s:s + k] if v else None for s, k, v in zip(starts, lens, valid)]
+    assert view_ranges(buf, np.frombuffer(buf, dtype=np.uint8), np.array(starts),
+                       np.array(lens)).to_pylist() == [raw[s:s + k] for s, k in zip(starts, lens)]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.binary(min_size=4, max_size=64), st.data())
+def test_read_big_endian_integers(raw, data):
+    pos = np.array(data.draw(st.lists(st.integers(0, len(raw) - 4), min_size=1, max_size=10)))
+    u8 = np.frombuffer(raw, dtype=np.uint8)
+    assert read_u16(u8, pos).tolist() == [int.from_bytes(raw[p:p + 2], "big") for p in pos]
+    assert read_u32(u8, pos).tolist() == [int.from_bytes(raw[p:p + 4], "big") for p in pos]
 
 
 def test_ranges_array_refuses_overlapping_ranges():
