@@ -22,7 +22,9 @@ offset buffers are read with numpy for all rows at once -- fixed header,
 Remaining Length, topic length, packet id, property blocks (one step per
 property *position*, see :mod:`bridge.parse.properties`), UTF-8 validation
 (:mod:`bridge.parse.utf8`) -- and the output strings and binaries are cut
-from the frame buffer in one C++ copy each (:func:`bridge.parse.buffers.take_ranges`).
+from the frame buffer in one C++ copy each (:func:`bridge.parse.buffers.take_ranges`),
+or, for the payloads with ``payload_views=True``, left there as views
+(:func:`bridge.parse.buffers.view_ranges`).
 Per-row Python runs only for the rare packet types
 (:mod:`bridge.parse.scalar`: CONNECT, SUBSCRIBE, DISCONNECT, ...; the benchmark
 reports its share). Elsewhere Python loops run per slice of rows, per
