@@ -135,6 +135,13 @@ _I32_MAX = np.iinfo(np.int32).max  # binary arrays have 32-bit offsets
 _J12 = np.arange(_INLINE, dtype=np.int64)
 
 
+def _validity(valid: np.ndarray | None, n: int) -> tuple[pa.Buffer | None, int]:
+    """(validity bitmap or None, null count) of ``n`` rows valid where ``valid``."""
+    if valid is None or valid.all():
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), int(n - np.count_nonzero(valid))
+
+
 def view_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: np.ndarray,
                 valid: np.ndarray | None = None, out_type=pa.binary_view()) -> pa.Array:
     """A ``binary_view`` (or ``string_view``) array whose row i is
@@ -183,11 +190,7 @@ def view_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
             inline[~safe] = data[np.minimum(idx, size - 1)]
         inline[_J12 >= sl[:, None]] = 0
         views[si, 1:4] = inline.view(np.int32)
-    bitmap = None
-    nulls = 0
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        nulls = int(n - np.count_nonzero(valid))
+    bitmap, nulls = _validity(valid, n)
     return pa.Array.from_buffers(out_type, n, [bitmap, pa.py_buffer(views), buffer],
                                  null_count=nulls)
 
@@ -219,10 +222,7 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
     total = int(lens.sum())
     if total > _I32_MAX:
         raise ValueError("take_ranges: more than 2 GiB of values for a binary array")
-    bitmap, nulls = None, 0
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        nulls = int(n - np.count_nonzero(valid))
+    bitmap, nulls = _validity(valid, n)
     sel = np.flatnonzero(keep)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])

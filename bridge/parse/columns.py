@@ -23,7 +23,7 @@ from bridge.parse.buffers import take_ranges, view_ranges
 from schemas.ddl import to_arrow
 from schemas.frames import PARSED_FRAME_DDL
 
-__all__ = ["Outputs", "PARSED_SCHEMA", "PARSED_VIEW_SCHEMA", "assemble"]
+__all__ = ["Outputs", "PARSED_SCHEMA", "PARSED_VIEW_SCHEMA", "assemble", "parsed_schema"]
 
 #: The Arrow schema of the parser's result (from ``schemas.frames``).
 PARSED_SCHEMA: pa.Schema = to_arrow(PARSED_FRAME_DDL)
@@ -34,6 +34,11 @@ PARSED_SCHEMA: pa.Schema = to_arrow(PARSED_FRAME_DDL)
 PARSED_VIEW_SCHEMA: pa.Schema = PARSED_SCHEMA.set(
     PARSED_SCHEMA.get_field_index("payload"),
     PARSED_SCHEMA.field("payload").with_type(pa.binary_view()))
+
+
+def parsed_schema(payload_views: bool) -> pa.Schema:
+    """The result's schema: :data:`PARSED_VIEW_SCHEMA` or :data:`PARSED_SCHEMA`."""
+    return PARSED_VIEW_SCHEMA if payload_views else PARSED_SCHEMA
 
 PUBLISH = 3
 
@@ -112,7 +117,7 @@ def _scatter(values: list, rows: np.ndarray, n: int, typ) -> pa.Array:
 
 def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, alias,
              payload_views=False):
-    schema = PARSED_VIEW_SCHEMA if payload_views else PARSED_SCHEMA
+    schema = parsed_schema(payload_views)
     valid = P.code == 0
     pub = out.is_pub & valid
     cols: dict[str, pa.Array] = {}

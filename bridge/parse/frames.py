@@ -57,7 +57,7 @@ from bridge.parse import utf8
 from bridge.parse.buffers import (
     frame_buffers, frames_array, read_u16, take_ranges, value_buffers,
 )
-from bridge.parse.columns import PARSED_SCHEMA, PARSED_VIEW_SCHEMA, Outputs, assemble
+from bridge.parse.columns import PARSED_SCHEMA, PARSED_VIEW_SCHEMA, Outputs, assemble, parsed_schema
 from bridge.parse.problems import Problems, check
 from bridge.parse.properties import SCOPES, walk_properties
 from bridge.parse.scalar import SCALAR_TYPES, decode_rows
@@ -233,7 +233,9 @@ def parse_frames(frames, protocol_levels, alias_topics=None, *, from_client=True
     values (``to_pandas``/``to_pylist`` give the same bytes). The Spark UDF
     uses it, since it converts to pandas straight away; the default copies,
     because pyarrow has no ``take``/``filter``/comparison kernels for view
-    types yet (``.cast(pa.binary())`` converts). Never raises for bad frames (they are rows with
+    types yet (``.cast(pa.binary())`` converts).
+
+    Never raises for bad frames (they are rows with
     ``valid`` false); raises TypeError/ValueError for bad arguments.
 
     Runs on executors; picklable (a module-level function).
@@ -243,7 +245,7 @@ def parse_frames(frames, protocol_levels, alias_topics=None, *, from_client=True
     levels = _int_column(protocol_levels, n, "protocol_levels")
     client = _bool_column(from_client, n, "from_client")
     alias = _string_column(alias_topics, n, "alias_topics")
-    schema = PARSED_VIEW_SCHEMA if payload_views else PARSED_SCHEMA
+    schema = parsed_schema(payload_views)
     if n == 0:
         return schema.empty_table()
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=arr.offset + n + 1)[arr.offset:]
