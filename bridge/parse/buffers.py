@@ -254,17 +254,29 @@ def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,
     n = len(start)
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
-    keep = length > 0
     if len(data) > _I32_MAX:
         return None
-    bounds = np.empty(2 * n + 1, dtype=np.int64)
+    keep = length > 0
+    bounds = np.empty(2 * n + 1, dtype=np.int32)
     bounds[0] = 0
-    starts = bounds[1::2]
-    starts[:] = np.where(keep, start, 0)
-    np.add(starts, np.where(keep, length, 0), out=bounds[2::2])
-    np.maximum.accumulate(bounds, out=bounds)
-    # a kept range that starts before the previous one ends was moved: refuse
-    if not np.array_equal(starts, np.where(keep, start, starts)):
-        return None
-    return pa.Array.from_buffers(pa.binary(), 2 * n,
-                                 [None, pa.py_buffer(bounds.astype(np.int32)), buffer])
+    if keep.all():
+        # the common case (take_ranges passes only non-empty ranges): in
+        # order when each range starts at or after the end of the one before
+        end = start + length
+        if n > 1 and (start[1:] < end[:-1]).any():
+            return None
+        bounds[1::2] = start
+        bounds[2::2] = end
+    else:
+        # an empty range sits where the range before it ended
+        wide = np.empty(2 * n + 1, dtype=np.int64)
+        wide[0] = 0
+        starts = wide[1::2]
+        starts[:] = np.where(keep, start, 0)
+        np.add(starts, np.where(keep, length, 0), out=wide[2::2])
+        np.maximum.accumulate(wide, out=wide)
+        # a kept range that starts before the previous one ends was moved: refuse
+        if not np.array_equal(starts, np.where(keep, start, starts)):
+            return None
+        bounds[:] = wide
+    return pa.Array.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(bounds), buffer])
