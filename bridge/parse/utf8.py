@@ -20,10 +20,9 @@ continuation bytes equals the number its lead bytes claim (so no
 continuation byte is orphaned). Code points are decoded at the lead bytes
 only, for the disallowed set.
 
-:func:`string_status` works on an Arrow array: its ``ascii_is_printable``
-kernel clears the common strings; only the others go through
-:func:`check_strings`. :func:`range_status` does the same for ranges of a
-larger buffer, which Arrow copies back to back first
+:func:`string_status` does the same for an Arrow ``string``/``binary``
+array; :func:`range_status` for ranges of a larger buffer, which Arrow
+copies back to back first
 (:func:`bridge.parse.buffers.take_ranges`). :func:`has_wildcard` finds '+'
 and '#' in strings stored back to back; :func:`range_has_wildcard` reads
 ranges of a larger buffer in place as fixed-width rows (one numpy gather of
@@ -42,7 +41,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from bridge.parse.buffers import take_ranges, value_buffers
 
@@ -203,18 +201,13 @@ def _window(data: np.ndarray, start: np.ndarray, length: np.ndarray):
 
 def string_status(strings: pa.Array) -> np.ndarray:
     """:func:`check_strings` for a ``string``/``binary`` array (null rows are
-    OK): Arrow's ``ascii_is_printable`` clears the printable-ASCII strings
-    (the common case, nothing more to check); only the others are gathered
-    and classified by :func:`check_strings`."""
-    status = np.zeros(len(strings), dtype=np.int8)
+    OK), on its value buffer in place. (numpy's one pass over the bytes is
+    several times faster here than Arrow's ``ascii_is_printable``.)"""
     if len(strings) == 0:
-        return status
-    text = strings if pa.types.is_string(strings.type) else strings.view(pa.string())
-    printable = pc.fill_null(pc.ascii_is_printable(text), True).to_numpy(zero_copy_only=False)
-    # empty strings are fine (some Arrow versions call them not printable)
-    exact = np.flatnonzero(~printable & (np.diff(value_buffers(text)[1]) > 0))
-    if len(exact):
-        status[exact] = check_strings(*value_buffers(text.take(exact)))
+        return np.zeros(0, dtype=np.int8)
+    status = check_strings(*value_buffers(strings))
+    if strings.null_count:
+        status[strings.is_null().to_numpy(zero_copy_only=False)] = OK
     return status
 
 
