@@ -174,13 +174,21 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
                            ("correlation_data", 0x09, pa.binary()),
                            ("content_type", 0x03, pa.string())):
         if block is not None and pid in block.values:
-            # the array the walk cut (and checked), with the final validity
+            # the bytes the walk cut (and checked) for the rows that have the
+            # property, spread over all rows, with the final validity
+            arr = block.values[pid]
+            at = pr5[block.ranges[pid][0]]
             present = np.zeros(n, dtype=bool)
-            present[pr5] = block.ranges[pid][0]
+            present[at] = True
             present &= pub
-            _, ob, vb = block.values[pid].buffers()
-            cols[name] = pa.Array.from_buffers(typ, n, [_bitmap(present), ob, vb],
-                                               null_count=int(n - np.count_nonzero(present)))
+            _, ob, vb = arr.buffers()
+            lengths = np.zeros(n, dtype=np.int64)
+            lengths[at] = np.diff(np.frombuffer(ob, dtype=np.int32, count=len(arr) + 1))
+            offsets = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            cols[name] = pa.Array.from_buffers(
+                typ, n, [_bitmap(present), pa.py_buffer(offsets), vb],
+                null_count=int(n - np.count_nonzero(present)))
         else:
             cols[name] = pa.nulls(n, type=typ)
 

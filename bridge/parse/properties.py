@@ -151,8 +151,9 @@ class PropertyBlock:
     * ``ranges``: pid -> (present bool[m], start int64[m], length int64[m]) for
       the single-valued string and binary properties (positions in ``data``);
     * ``values``: pid -> the values of ``ranges[pid]`` cut from ``data``, one
-      ``binary`` array over the *batch* rows (empty where absent; the UTF-8
-      strings were checked on this very array);
+      ``binary`` array with a row per row where ``ranges[pid]`` is present, in
+      order (the UTF-8 strings were checked on this very array; the output
+      column shares its bytes);
     * ``user``: (row, key start, key length, value start, value length), each an
       int64 array, ordered by row then wire order, and ``user_keys`` /
       ``user_values``: the keys and values as ``string`` arrays in that order;
@@ -267,8 +268,9 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
     """The UTF-8 rules of every string the walk read, in one pass per kind.
 
     Each single-valued string and binary property becomes one ``binary``
-    array over the batch rows (``block.values``, later the output column)
-    and the User Property keys and values one ``string`` array each; the
+    array of the rows that have it (``block.values``, whose bytes the output
+    column shares) and the User Property keys and values one ``string``
+    array each; the
     strings are checked on those arrays. Strings that the walk read but did
     not store (a repeated property, a name whose value is cut off: the
     "orphans") are checked on their own.
@@ -279,7 +281,6 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
     row stops walking at its first failure and its strings are read before
     anything after them is checked. The Response Topic's wildcard check
     [MQTT-3.3.2-14] comes right after its UTF-8 rules, as in the codec."""
-    n = len(problems.code)
     buf = pa.py_buffer(data)
     bad: list[tuple[np.ndarray, ...]] = []  # (local row, time, check id, argument)
 
@@ -291,17 +292,13 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
 
     for pid, (present, start, length) in block.ranges.items():
         lr = np.flatnonzero(present)
-        br = rows[lr]
-        st = np.zeros(n, dtype=np.int64)
-        ln = np.zeros(n, dtype=np.int64)
-        st[br], ln[br] = start[lr], length[lr]
-        arr = take_ranges(buf, data, st, ln)
+        arr = take_ranges(buf, data, start[lr], length[lr])
         block.values[pid] = arr
         if _WIRE[pid] != _STR:
             continue
-        status = utf8.string_status(arr)[br]
+        status = utf8.string_status(arr)
         if pid == RESPONSE_TOPIC:
-            wild = utf8.has_wildcard(*value_buffers(arr))[br]
+            wild = utf8.has_wildcard(*value_buffers(arr))
             status = np.where((status == 0) & wild, np.int8(_WILDCARD), status)
         found(lr, 2 * block.steps[pid][lr], status, _STRING_CHECKS, tagp[lr] | pid)
     if len(block.user[0]):
