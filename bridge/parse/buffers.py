@@ -31,6 +31,7 @@ __all__ = [
     "read_u32",
     "ranges_array",
     "read_u8",
+    "take_range_pairs",
     "take_ranges",
     "value_buffers",
     "view_ranges",
@@ -240,6 +241,47 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
     return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets), values],
                                  null_count=nulls)
 
+
+
+def take_range_pairs(buffer: pa.Buffer, data: np.ndarray, start1: np.ndarray,
+                     length1: np.ndarray, start2: np.ndarray,
+                     length2: np.ndarray) -> tuple[pa.BinaryArray, pa.BinaryArray]:
+    """:func:`take_ranges` of two sets of ranges at once: row i of the first
+    array is ``data[start1[i]:start1[i]+length1[i]]``, of the second
+    ``data[start2[i]:...]``. When the ranges come in buffer order pair by
+    pair (a User Property's name before its value, pair i before pair i+1),
+    one Arrow ``take`` copies the firsts and then the seconds into one value
+    buffer that both arrays share; otherwise two :func:`take_ranges`."""
+    k = len(start1)
+    length1 = np.asarray(length1, dtype=np.int64)
+    length2 = np.asarray(length2, dtype=np.int64)
+    start = np.empty(2 * k, dtype=np.int64)
+    length = np.empty(2 * k, dtype=np.int64)
+    start[0::2], start[1::2] = start1, start2
+    length[0::2], length[1::2] = length1, length2
+    sel = np.flatnonzero(length > 0)
+    off1 = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(length1, out=off1[1:])
+    off2 = np.empty(k + 1, dtype=np.int64)
+    off2[0] = off1[-1]
+    np.cumsum(length2, out=off2[1:])
+    off2[1:] += off1[-1]
+    if off2[-1] > _I32_MAX:
+        raise ValueError("take_range_pairs: more than 2 GiB of values for a binary array")
+    values = pa.py_buffer(b"")
+    if len(sel):
+        ranges = ranges_array(buffer, data, start[sel], length[sel])
+        if ranges is None:
+            return (take_ranges(buffer, data, start1, length1),
+                    take_ranges(buffer, data, start2, length2))
+        # the odd rows of `ranges` are the kept ranges; the firsts, then the seconds
+        odd = 2 * np.arange(len(sel), dtype=np.int32) + 1
+        firsts = (sel & 1) == 0
+        order = np.concatenate([odd[firsts], odd[~firsts]])
+        values = ranges.take(pa.Array.from_buffers(pa.int32(), len(order),
+                                                   [None, pa.py_buffer(order)])).buffers()[2]
+    return (pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(off1.astype(np.int32)), values]),
+            pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(off2.astype(np.int32)), values]))
 
 
 def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,

@@ -38,7 +38,7 @@ from bridge.mqtt.fixed_header import PacketType
 from bridge.mqtt.properties import _BOOLEAN_BYTES, _NON_ZERO  # noqa: PLC2701 -- see above
 from bridge.mqtt.properties import PROPERTIES, Scope, WireType
 from bridge.parse import utf8
-from bridge.parse.buffers import read_u16, read_u32, take_ranges, value_buffers
+from bridge.parse.buffers import read_u16, read_u32, take_range_pairs, take_ranges, value_buffers
 from bridge.parse.problems import Problems, check
 from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
 
@@ -303,8 +303,8 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
         found(lr, 2 * block.steps[pid][lr], status, _STRING_CHECKS, tagp[lr] | pid)
     if len(block.user[0]):
         lr, ks, kl, vs, vl = block.user
-        block.user_keys = take_ranges(buf, data, ks, kl).view(pa.string())
-        block.user_values = take_ranges(buf, data, vs, vl).view(pa.string())
+        keys, values = take_range_pairs(buf, data, ks, kl, vs, vl)
+        block.user_keys, block.user_values = keys.view(pa.string()), values.view(pa.string())
         t = 2 * block.user_step
         found(lr, t, utf8.string_status(block.user_keys), _PAIR_CHECKS, tagp[lr] | _KEY)
         found(lr, t + 1, utf8.string_status(block.user_values), _PAIR_CHECKS,

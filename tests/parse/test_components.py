@@ -10,7 +10,9 @@ from bridge.mqtt.errors import MqttError
 from bridge.mqtt.strings import decode_utf8
 from bridge.mqtt.varint import decode_varint
 from bridge.parse import utf8
-from bridge.parse.buffers import ranges_array, read_u16, read_u32, take_ranges, view_ranges
+from bridge.parse.buffers import (
+    ranges_array, read_u16, read_u32, take_range_pairs, take_ranges, view_ranges,
+)
 from bridge.parse.varint import NOT_MINIMAL, OK, SHORT, TOO_LONG, decode_varints
 
 _STATUS = {"MQTT-1.5.4-1": utf8.ILL_FORMED, "MQTT-1.5.4-2": utf8.NUL,
@@ -175,3 +177,26 @@ def test_ranges_array_refuses_overlapping_ranges():
     # an empty range may sit anywhere; a kept range after it is still checked
     arr = ranges_array(buf, u8, np.array([5, 0, 6]), np.array([1, 0, 2]))
     assert arr.to_pylist()[1::2] == [b"f", b"", b"gh"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(min_size=1, max_size=120), st.data())
+def test_take_range_pairs_is_two_take_ranges(raw, data):
+    """Pairs in buffer order (name before value, pair before pair, some
+    empty) share one value buffer cut by one take; pairs out of order fall
+    back to two take_ranges. The values are the slices either way."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), min_size=4, max_size=32)))
+    cuts = cuts[:len(cuts) // 4 * 4]
+    s1, e1, s2, e2 = (np.array(cuts[i::4], dtype=np.int64) for i in range(4))
+    buf = pa.py_buffer(raw)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    for order in (slice(None), slice(None, None, -1)):
+        a, b = s1[order], s2[order]
+        la, lb = (e1 - s1)[order], (e2 - s2)[order]
+        first, second = take_range_pairs(buf, u8, a, la, b, lb)
+        first.validate(full=True)
+        second.validate(full=True)
+        assert first.to_pylist() == [raw[x:x + k] for x, k in zip(a.tolist(), la.tolist())]
+        assert second.to_pylist() == [raw[x:x + k] for x, k in zip(b.tolist(), lb.tolist())]
+        if order == slice(None) and len(a):
+            assert first.buffers()[2].address == second.buffers()[2].address
