@@ -429,12 +429,12 @@ def _publish_session_checks(P, out, buffer, data, alias):
             rows = pr5[text]
             ps, pl = out.payload_start[rows], out.payload_len[rows]
             good = np.ones(len(rows), dtype=bool)
-            # The payloads are copied back to back by Arrow, which also finds
-            # the ASCII ones (well formed; the common case). The others are
+            # The payloads are copied back to back by Arrow; numpy finds the
+            # ASCII ones (well formed; the common case). The others are
             # validated by Arrow in blocks, and the rows of the blocks that
             # fail by numpy. Python runs once per block.
             texts = take_ranges(buffer, data, ps, pl).view(pa.string())
-            other = np.flatnonzero(~pc.string_is_ascii(texts).to_numpy(zero_copy_only=False))
+            other = np.flatnonzero(utf8.has_non_ascii(*value_buffers(texts)))
             if len(other):
                 rest = texts.take(other)
                 for lo in _failing_blocks(rest, 0, len(other)):

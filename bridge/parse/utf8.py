@@ -45,7 +45,7 @@ import pyarrow as pa
 from bridge.parse.buffers import take_ranges, value_buffers
 
 __all__ = [
-    "DISALLOWED", "ILL_FORMED", "NUL", "OK", "check_strings", "has_wildcard",
+    "DISALLOWED", "ILL_FORMED", "NUL", "OK", "check_strings", "has_non_ascii", "has_wildcard",
     "range_has_wildcard", "range_status", "string_status", "well_formed",
 ]
 
@@ -126,6 +126,22 @@ def check_strings(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     status[nul] = NUL
     status[ill] = ILL_FORMED
     return status
+
+
+def has_non_ascii(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Bool per row: ``data[offsets[i]:offsets[i+1]]`` has a byte >= 0x80
+    (one numpy pass over the bytes and one reduction per row; several times
+    faster than Arrow's ``string_is_ascii``)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = len(offsets) - 1
+    out = np.zeros(max(n, 0), dtype=bool)
+    if n <= 0 or offsets[-1] <= offsets[0]:
+        return out
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    high = data[lo:hi] >= 0x80
+    rows = np.flatnonzero(np.diff(offsets) > 0)  # reduceat needs non-empty rows
+    out[rows] = np.logical_or.reduceat(high, offsets[rows] - lo)
+    return out
 
 
 def well_formed(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -200,3 +200,14 @@ def test_take_range_pairs_is_two_take_ranges(raw, data):
         assert second.to_pylist() == [raw[x:x + k] for x, k in zip(b.tolist(), lb.tolist())]
         if order == slice(None) and len(a):
             assert first.buffers()[2].address == second.buffers()[2].address
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(strings, max_size=12), st.binary(max_size=3))
+def test_has_non_ascii_per_row(rows, pad):
+    """Rows back to back (empty rows included, the first one not at offset
+    0): a row has a byte >= 0x80 exactly when it is not ASCII."""
+    raw = pad + b"".join(rows)
+    offsets = np.cumsum([len(pad)] + [len(r) for r in rows])
+    got = utf8.has_non_ascii(np.frombuffer(raw or b"\0", dtype=np.uint8), offsets)
+    assert got.tolist() == [not r.isascii() for r in rows]
