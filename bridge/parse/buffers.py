@@ -280,8 +280,8 @@ def take_range_pairs(buffer: pa.Buffer, data: np.ndarray, start1: np.ndarray,
         order = np.concatenate([odd[firsts], odd[~firsts]])
         values = ranges.take(pa.Array.from_buffers(pa.int32(), len(order),
                                                    [None, pa.py_buffer(order)])).buffers()[2]
-    return (pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(off1.astype(np.int32)), values]),
-            pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(off2.astype(np.int32)), values]))
+    return tuple(pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(o.astype(np.int32)),
+                                                        values]) for o in (off1, off2))
 
 
 def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,

@@ -153,14 +153,14 @@ class PropertyBlock:
     * ``values``: pid -> the values of ``ranges[pid]`` cut from ``data``, one
       ``binary`` array with a row per row where ``ranges[pid]`` is present, in
       order (the UTF-8 strings were checked on this very array; the output
-      column shares its bytes);
+      column shares its bytes), and ``value_rows``: pid -> those rows;
     * ``user``: (row, key start, key length, value start, value length), each an
       int64 array, ordered by row then wire order, and ``user_keys`` /
       ``user_values``: the keys and values as ``string`` arrays in that order;
     * ``subids``: (row, value) in the same order.
     """
 
-    __slots__ = ("end", "numbers", "ranges", "steps", "values", "user", "user_step",
+    __slots__ = ("end", "numbers", "ranges", "steps", "values", "value_rows", "user", "user_step",
                  "user_keys", "user_values", "subids")
 
     def __init__(self, m: int) -> None:
@@ -169,6 +169,7 @@ class PropertyBlock:
         self.ranges: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.steps: dict[int, np.ndarray] = {}  # pid -> step (property position) read at
         self.values: dict[int, pa.BinaryArray] = {}
+        self.value_rows: dict[int, np.ndarray] = {}
         empty = np.zeros(0, dtype=np.int64)
         self.user = (empty, empty, empty, empty, empty)
         self.user_step = empty
@@ -294,6 +295,7 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
         lr = np.flatnonzero(present)
         arr = take_ranges(buf, data, start[lr], length[lr])
         block.values[pid] = arr
+        block.value_rows[pid] = lr
         if _WIRE[pid] != _STR:
             continue
         status = utf8.string_status(arr)
