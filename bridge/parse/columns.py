@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bridge.parse.buffers import take_ranges, view_ranges
+from bridge.parse.buffers import take_ranges, value_buffers, view_ranges
 from schemas.ddl import to_arrow
 from schemas.frames import PARSED_FRAME_DDL
 
@@ -181,13 +181,12 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
             present = np.zeros(n, dtype=bool)
             present[at] = True
             present &= pub
-            _, ob, vb = arr.buffers()
             lengths = np.zeros(n, dtype=np.int64)
-            lengths[at] = np.diff(np.frombuffer(ob, dtype=np.int32, count=len(arr) + 1))
+            lengths[at] = np.diff(value_buffers(arr)[1])
             offsets = np.zeros(n + 1, dtype=np.int32)
             np.cumsum(lengths, out=offsets[1:])
             cols[name] = pa.Array.from_buffers(
-                typ, n, [_bitmap(present), pa.py_buffer(offsets), vb],
+                typ, n, [_bitmap(present), pa.py_buffer(offsets), arr.buffers()[2]],
                 null_count=int(n - np.count_nonzero(present)))
         else:
             cols[name] = pa.nulls(n, type=typ)

@@ -270,11 +270,11 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
 
     Each single-valued string and binary property becomes one ``binary``
     array of the rows that have it (``block.values``, whose bytes the output
-    column shares) and the User Property keys and values one ``string``
-    array each; the
-    strings are checked on those arrays. Strings that the walk read but did
-    not store (a repeated property, a name whose value is cut off: the
-    "orphans") are checked on their own.
+    column shares), and the User Property keys and values one ``string``
+    array each (one copy for both); the strings are checked on those
+    arrays. Strings that the walk read but did not store (a repeated
+    property, a name whose value is cut off: the "orphans") are checked on
+    their own.
 
     A bad string at step k (time 2k, or 2k+1 for a User Property value)
     fails its row with the string's check, replacing what the walk recorded
