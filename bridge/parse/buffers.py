@@ -232,9 +232,7 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
         # only the kept ranges go to Arrow; every row's offsets come from numpy
         ranges = ranges_array(buffer, data, start[sel], length[sel])
         if ranges is not None:
-            odd = np.arange(1, 2 * len(sel), 2, dtype=np.int32)
-            values = ranges.take(pa.Array.from_buffers(pa.int32(), len(sel),
-                                                       [None, pa.py_buffer(odd)])).buffers()[2]
+            values = _take_odd(ranges, np.arange(len(sel), dtype=np.int32))
         else:
             part = view_ranges(buffer, data, start[sel], length[sel])
             values = part.cast(pa.binary()).buffers()[2]
@@ -274,14 +272,20 @@ def take_range_pairs(buffer: pa.Buffer, data: np.ndarray, start1: np.ndarray,
         if ranges is None:
             return (take_ranges(buffer, data, start1, length1),
                     take_ranges(buffer, data, start2, length2))
-        # the odd rows of `ranges` are the kept ranges; the firsts, then the seconds
-        odd = 2 * np.arange(len(sel), dtype=np.int32) + 1
+        # the kept ranges: the firsts, then the seconds
+        kept = np.arange(len(sel), dtype=np.int32)
         firsts = (sel & 1) == 0
-        order = np.concatenate([odd[firsts], odd[~firsts]])
-        values = ranges.take(pa.Array.from_buffers(pa.int32(), len(order),
-                                                   [None, pa.py_buffer(order)])).buffers()[2]
+        values = _take_odd(ranges, np.concatenate([kept[firsts], kept[~firsts]]))
     return tuple(pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(o.astype(np.int32)),
                                                         values]) for o in (off1, off2))
+
+
+def _take_odd(ranges: pa.BinaryArray, which: np.ndarray) -> pa.Buffer:
+    """The value buffer of Arrow's copy of the ranges ``which`` (int32, in
+    the order wanted) of a :func:`ranges_array` (range i is its row 2i+1)."""
+    odd = 2 * which + 1
+    return ranges.take(pa.Array.from_buffers(pa.int32(), len(odd),
+                                             [None, pa.py_buffer(odd)])).buffers()[2]
 
 
 def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,

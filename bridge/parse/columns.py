@@ -177,7 +177,7 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
             # the bytes the walk cut (and checked) for the rows that have the
             # property, spread over all rows, with the final validity
             arr = block.values[pid]
-            at = pr5[block.value_rows[pid]]
+            at = pr5[block.ranges[pid][0]]
             present = np.zeros(n, dtype=bool)
             present[at] = True
             present &= pub

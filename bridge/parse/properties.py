@@ -148,28 +148,28 @@ class PropertyBlock:
     * ``end``: position after the block (meaningful where the row has not failed);
     * ``numbers``: pid -> (present bool[m], value int64[m]) for the single-valued
       integer properties;
-    * ``ranges``: pid -> (present bool[m], start int64[m], length int64[m]) for
-      the single-valued string and binary properties (positions in ``data``);
+    * ``ranges``: pid -> (rows, start, length), int64 arrays over the rows
+      that have the single-valued string or binary property, in row order
+      (positions in ``data``), and ``steps``: pid -> the step (property
+      position) each was read at;
     * ``values``: pid -> the values of ``ranges[pid]`` cut from ``data``, one
-      ``binary`` array with a row per row where ``ranges[pid]`` is present, in
-      order (the UTF-8 strings were checked on this very array; the output
-      column shares its bytes), and ``value_rows``: pid -> those rows;
+      ``binary`` array in the same order (the UTF-8 strings were checked on
+      this very array; the output column shares its bytes);
     * ``user``: (row, key start, key length, value start, value length), each an
       int64 array, ordered by row then wire order, and ``user_keys`` /
       ``user_values``: the keys and values as ``string`` arrays in that order;
     * ``subids``: (row, value) in the same order.
     """
 
-    __slots__ = ("end", "numbers", "ranges", "steps", "values", "value_rows", "user", "user_step",
+    __slots__ = ("end", "numbers", "ranges", "steps", "values", "user", "user_step",
                  "user_keys", "user_values", "subids")
 
     def __init__(self, m: int) -> None:
         self.end = np.zeros(m, dtype=np.int64)
         self.numbers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.ranges: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self.steps: dict[int, np.ndarray] = {}  # pid -> step (property position) read at
+        self.steps: dict[int, np.ndarray] = {}
         self.values: dict[int, pa.BinaryArray] = {}
-        self.value_rows: dict[int, np.ndarray] = {}
         empty = np.zeros(0, dtype=np.int64)
         self.user = (empty, empty, empty, empty, empty)
         self.user_step = empty
@@ -189,10 +189,12 @@ class PropertyBlock:
             present = np.zeros(m, dtype=bool)
             present[at] = True
             if _WIRE[q] in (_STR, _BIN):
+                # in row order: spread over the rows, then read back where present
                 st, ln, sp = (np.zeros(m, dtype=np.int64) for _ in range(3))
                 st[at], ln[at], sp[at] = start[w], length[w], step[w]
-                self.ranges[q] = (present, st, ln)
-                self.steps[q] = sp
+                rows = np.flatnonzero(present)
+                self.ranges[q] = (rows, st[rows], ln[rows])
+                self.steps[q] = sp[rows]
             else:
                 vals = np.zeros(m, dtype=np.int64)
                 vals[at] = value[w]
@@ -291,18 +293,16 @@ def _check_strings(problems: Problems, data: np.ndarray, rows: np.ndarray, tagp:
             ids = np.array([c.id for c in checks[1:]], dtype=np.int32)[status[w] - 1]
             bad.append((lr[w], time[w], ids, arg[w]))
 
-    for pid, (present, start, length) in block.ranges.items():
-        lr = np.flatnonzero(present)
-        arr = take_ranges(buf, data, start[lr], length[lr])
+    for pid, (lr, start, length) in block.ranges.items():
+        arr = take_ranges(buf, data, start, length)
         block.values[pid] = arr
-        block.value_rows[pid] = lr
         if _WIRE[pid] != _STR:
             continue
         status = utf8.string_status(arr)
         if pid == RESPONSE_TOPIC:
             wild = utf8.has_wildcard(*value_buffers(arr))
             status = np.where((status == 0) & wild, np.int8(_WILDCARD), status)
-        found(lr, 2 * block.steps[pid][lr], status, _STRING_CHECKS, tagp[lr] | pid)
+        found(lr, 2 * block.steps[pid], status, _STRING_CHECKS, tagp[lr] | pid)
     if len(block.user[0]):
         lr, ks, kl, vs, vl = block.user
         keys, values = take_range_pairs(buf, data, ks, kl, vs, vl)
