@@ -240,7 +240,6 @@ def take_ranges(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, length: 
                                  null_count=nulls)
 
 
-
 def take_range_pairs(buffer: pa.Buffer, data: np.ndarray, start1: np.ndarray,
                      length1: np.ndarray, start2: np.ndarray,
                      length2: np.ndarray) -> tuple[pa.BinaryArray, pa.BinaryArray]:
@@ -290,8 +289,9 @@ def _take_odd(ranges: pa.BinaryArray, which: np.ndarray) -> pa.Buffer:
 
 def ranges_array(buffer: pa.Buffer, data: np.ndarray, start: np.ndarray,
                  length: np.ndarray) -> pa.BinaryArray | None:
-    """The ranges ``data[start[i]:start[i]+length[i]]`` as the odd rows of one ``binary`` array over ``buffer``,
-    without copying: row 2i is the gap before range i, row 2i+1 range i.
+    """The ranges ``data[start[i]:start[i]+length[i]]`` as the odd rows of
+    one ``binary`` array over ``buffer``, without copying: row 2i is the gap
+    before range i, row 2i+1 range i.
     Arrow kernels then run over the ranges in place (a ``take`` of the odd
     rows copies them; a string predicate judges them).
 
