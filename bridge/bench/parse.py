@@ -24,8 +24,8 @@ same run:
 The measurements are interleaved in ``--rounds`` rounds (default 5): each
 round runs (a), (a) with copied payloads and (c) on the whole batch and (b)
 on the next fifth of it, so a shared machine that changes speed during the
-run slows all of them alike. Each rate is all the frames of its runs over all their time -- no
-best-of, for anyone.
+run slows all of them alike. Each rate is all the frames of its runs over
+all their time -- no best-of, for anyone.
 
 Reported: frames/s of each (wall clock; CPU-time rates too), a/b, a/c, a/b
 against the decode-only loop, c over the decode-only loop (the ceiling: a
@@ -544,7 +544,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
           f"{res['invalid_share'] * 100:.1f} % invalid (generated in {res['generate_s']} s)")
     print(f"  (a) parse_frames as the UDF calls it   : {r['vectorised']:>10,} frames/s "
           f"({s['vectorised']} s per run, {res['rounds']} runs; payloads left in place)")
-    print(f"      the same, payloads copied          : {r['vectorised_copied_payloads']:>10,} frames/s "
+    print(f"      the same, payloads copied          : "
+          f"{r['vectorised_copied_payloads']:>10,} frames/s "
           f"({s['vectorised_copied_payloads']} s per run; the default of parse_frames)")
     print(f"  (b) scalar codec per frame, columns    : {r['scalar']:>10,} frames/s "
           f"({s['scalar']} s, {res['scalar_frames']:,} frames)")
