@@ -69,6 +69,13 @@ def _bitmap(mask: np.ndarray) -> pa.Buffer | None:
 _NP = {pa.int32(): np.int32, pa.int64(): np.int64}
 
 
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    """The int32 offsets (one more than rows) of rows of these sizes."""
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
+
+
 def _ints(values: np.ndarray, present: np.ndarray, typ) -> pa.Array:
     """An int32/int64 array from numpy values and a presence mask (no copy
     beyond the width conversion; the bitmap is packed by numpy)."""
@@ -105,9 +112,7 @@ def _scatter(values: list, rows: np.ndarray, n: int, typ) -> pa.Array:
         raw = [values[i].encode() if typ == pa.string() else values[i] for i in keep]
         lengths = np.zeros(n, dtype=np.int64)
         lengths[at] = [len(x) for x in raw]
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        return pa.Array.from_buffers(typ, n, [_bitmap(present), pa.py_buffer(offsets),
+        return pa.Array.from_buffers(typ, n, [_bitmap(present), pa.py_buffer(_offsets(lengths)),
                                               pa.py_buffer(b"".join(raw))],
                                      null_count=int(n - len(keep)))
     idx = np.full(n, -1, dtype=np.int64)
@@ -183,10 +188,8 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
             present &= pub
             lengths = np.zeros(n, dtype=np.int64)
             lengths[at] = np.diff(value_buffers(arr)[1])
-            offsets = np.zeros(n + 1, dtype=np.int32)
-            np.cumsum(lengths, out=offsets[1:])
             cols[name] = pa.Array.from_buffers(
-                typ, n, [_bitmap(present), pa.py_buffer(offsets), arr.buffers()[2]],
+                typ, n, [_bitmap(present), pa.py_buffer(_offsets(lengths)), arr.buffers()[2]],
                 null_count=int(n - np.count_nonzero(present)))
         else:
             cols[name] = pa.nulls(n, type=typ)
@@ -204,9 +207,7 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
     else:
         br = np.zeros(0, dtype=np.int64)
         keys = values = pa.array([], type=pa.string())
-    counts = np.bincount(br, minlength=n)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
+    offsets = _offsets(np.bincount(br, minlength=n))
     struct = pa.StructArray.from_arrays([keys, values], fields=list(kv_type.value_type))
     cols["user_properties"] = pa.ListArray.from_arrays(
         pa.array(offsets), struct, type=kv_type, mask=pa.array(~pub))
@@ -217,9 +218,7 @@ def assemble(P, out, buffer, data, n, has, ptype, flags, qos, rl, rl_ok, sres, a
         br, sv = br[keep], sv[keep]
     else:
         br = sv = np.zeros(0, dtype=np.int64)
-    counts = np.bincount(br, minlength=n)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
+    offsets = _offsets(np.bincount(br, minlength=n))
     cols["subscription_identifiers"] = pa.ListArray.from_arrays(
         pa.array(offsets), pa.array(sv, type=pa.int64()),
         type=schema.field("subscription_identifiers").type, mask=pa.array(~pub))
