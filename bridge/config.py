@@ -89,6 +89,28 @@ class EdgeConfig:
     ack_after: str = "capture"
     #: Seconds a graceful shutdown waits for connections to close.
     shutdown_grace_s: float = 5.0
+    #: Threads that check passwords (scrypt, ~0.1 s and 32 MiB each).
+    auth_workers: int = 2
+    #: Password checks waiting for a worker; beyond: CONNACK 0x89 (3.x 0x03) at once.
+    auth_max_pending: int = 64
+    #: Password checks waiting or running per remote address; beyond: 0x89 / 0x03.
+    auth_max_pending_per_address: int = 4
+    #: An address whose check failed this recently waits behind the others
+    #: and may use at most auth_workers - 1 workers.
+    auth_failure_memory_s: float = 60.0
+    #: A frame that has started must be complete within this many seconds.
+    frame_timeout_s: float = 60.0
+    #: Bytes of incomplete frames buffered across all connections; beyond it
+    #: the connection whose incomplete frame is the oldest is closed.
+    max_buffered_bytes: int = 268435456
+    #: Expiry of MQTT 3.x persistent sessions (Clean Session 0) after their
+    #: connection ends, like Mosquitto's persistent_client_expiration; 0 = never.
+    persistent_session_expiry_s: int = 604800
+    #: Persistent sessions kept; beyond it the longest-disconnected are dropped.
+    max_persistent_sessions: int = 100000
+    #: QoS 2 ids awaiting PUBREL kept across disconnected sessions; beyond it
+    #: the longest-disconnected sessions are dropped.
+    max_stored_qos2_ids: int = 200000
 
 
 @dataclass
@@ -257,6 +279,13 @@ _POSITIVE = {
     "edge.max_packet_bytes",
     "edge.receive_maximum",
     "edge.max_inflight_qos2",
+    "edge.auth_workers",
+    "edge.auth_max_pending",
+    "edge.auth_max_pending_per_address",
+    "edge.frame_timeout_s",
+    "edge.max_buffered_bytes",
+    "edge.max_persistent_sessions",
+    "edge.max_stored_qos2_ids",
     "job.max_records_per_trigger",
     "spark.shuffle_partitions",
 }
@@ -336,6 +365,8 @@ def _validate(key: str, value: Any, source: str) -> None:
         raise ConfigError(key, source, f"must be at most 65535, got {value!r}")
     if key == "edge.topic_alias_maximum" and not (0 <= value <= 65535):
         raise ConfigError(key, source, f"must be 0-65535, got {value!r}")
+    if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_memory_s") and value < 0:
+        raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")
     if key == "amqp.address_template" and "{topic}" not in value and "{routing_key}" not in value:
