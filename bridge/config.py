@@ -95,9 +95,9 @@ class EdgeConfig:
     auth_max_pending: int = 64
     #: Password checks waiting or running per remote address; beyond: 0x89 / 0x03.
     auth_max_pending_per_address: int = 4
-    #: An address whose check failed this recently waits behind the others
-    #: and may use at most auth_workers - 1 workers.
-    auth_failure_memory_s: float = 60.0
+    #: After n >= 3 failed checks in a row an address is refused (0x89 / 0x03)
+    #: for 0.1 s * 2**(n-3), at most this many seconds; 0 = no back-off.
+    auth_failure_backoff_s: float = 10.0
     #: A frame that has started must be complete within this many seconds.
     frame_timeout_s: float = 60.0
     #: Bytes of incomplete frames buffered across all connections; beyond it
@@ -365,7 +365,7 @@ def _validate(key: str, value: Any, source: str) -> None:
         raise ConfigError(key, source, f"must be at most 65535, got {value!r}")
     if key == "edge.topic_alias_maximum" and not (0 <= value <= 65535):
         raise ConfigError(key, source, f"must be 0-65535, got {value!r}")
-    if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_memory_s") and value < 0:
+    if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s") and value < 0:
         raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")

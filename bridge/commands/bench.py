@@ -24,6 +24,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "retained": ("bridge.bench.retained", "retained MERGE and messages append vs bare delta-rs"),
     "parse": ("bridge.bench.parse", "frame parser: vectorised vs the scalar codec per frame vs a slicing floor, frames/s"),
     "edge": ("bridge.bench.edge", "MQTT edge vs Mosquitto: msg/s at QoS 0/1/2, PUBACK latency, ratio"),
+    "auth": ("bridge.bench.auth", "password checks: a legitimate client's CONNACK latency p50/p99, quiet and under a "
+                                  "flood of wrong-password CONNECTs, and the ratio"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }

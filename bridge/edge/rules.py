@@ -16,10 +16,13 @@ from bridge.mqtt.errors import MqttError, ProtocolError
 from bridge.mqtt.rules import Rule
 
 __all__ = [
+    "AUTH_BUSY",
     "AUTH_FAILED",
     "AUTH_METHOD_UNSUPPORTED",
     "EDGE_BUSY",
     "EDGE_RULES",
+    "FRAME_TIMEOUT",
+    "BUFFER_BUDGET",
     "KEEP_ALIVE_TIMEOUT",
     "QOS2_QUOTA",
     "SESSION_TAKEN_OVER",
@@ -35,6 +38,9 @@ AUTH_METHOD_UNSUPPORTED = "MQTT-4.12.0-1"
 KEEP_ALIVE_TIMEOUT = "LG-edge-keep-alive"
 EDGE_BUSY = "LG-edge-busy"
 QOS2_QUOTA = "LG-edge-qos2-quota"
+AUTH_BUSY = "LG-edge-auth-busy"
+FRAME_TIMEOUT = "LG-edge-frame-timeout"
+BUFFER_BUDGET = "LG-edge-buffer-budget"
 
 EDGE_RULES: dict[str, Rule] = {
     AUTH_FAILED: Rule(
@@ -62,6 +68,23 @@ EDGE_RULES: dict[str, Rule] = {
     EDGE_BUSY: Rule(
         "The edge already serves edge.max_connections connections", 0x89, _P, enforced="session",
         note="CONNACK 0x89 Server busy (3.x return code 0x03 Server unavailable)",
+    ),
+    AUTH_BUSY: Rule(
+        "Too many password checks are waiting (edge.auth_max_pending) or in progress for the "
+        "client's address (edge.auth_max_pending_per_address), or the address is backing off "
+        "after failed checks (edge.auth_failure_backoff_s)", 0x89, _P, enforced="session",
+        note="CONNACK 0x89 Server busy (3.x return code 0x03 Server unavailable), sent at once "
+        "without checking the password",
+    ),
+    FRAME_TIMEOUT: Rule(
+        "A frame that has started is not complete within edge.frame_timeout_s", 0x8D, _P,
+        enforced="session", note="the connection is closed (MQTT 5: DISCONNECT 0x8D Keep Alive "
+        "timeout is not sent: the client is mid-frame); the reason is logged",
+    ),
+    BUFFER_BUDGET: Rule(
+        "The incomplete frames of all connections exceed edge.max_buffered_bytes", 0x97, _P,
+        enforced="session", note="the connection whose incomplete frame is the oldest is "
+        "closed, until the total is within the budget; the reason is logged",
     ),
     QOS2_QUOTA: Rule(
         "A QoS 2 PUBLISH would exceed edge.max_inflight_qos2 Packet Identifiers awaiting PUBREL",

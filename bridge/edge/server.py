@@ -52,6 +52,7 @@ from bridge.capture import CaptureLog, LogReader
 from bridge.capture.errors import CaptureError
 from bridge.config import Config, ConfigError
 from bridge.edge import rules as edge_rules
+from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
 from bridge.edge.persist import SNAPSHOT_INTERVAL_S, recover, write_snapshot
 from bridge.edge.session import (
@@ -65,6 +66,9 @@ log = logging.getLogger("bridge.edge")
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 _WRITE_HIGH = 1 << 20  # transport write buffer: stop reading a peer that does not read
+#: Bytes read from a client while its password is checked before reading pauses
+#: (reading goes on so that a client that hangs up is noticed and not checked).
+_AUTH_READ_MAX = 64 * 1024
 
 
 def _base36(n: int) -> str:
@@ -151,6 +155,8 @@ class _Conn(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
         self.paused_by: set[str] = set()
+        self.host = "-"  # remote address without the port (per-address limits)
+        self.auth_bytes = -1  # bytes read while the password is checked (-1: not checking)
 
     # ------------------------------------------------------------ asyncio
     def connection_made(self, transport) -> None:
@@ -160,6 +166,10 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         srv = self.server
+        if self.auth_bytes >= 0:
+            self.auth_bytes += len(data)
+            if self.auth_bytes > _AUTH_READ_MAX:
+                self.pause("auth")
         actions = self.session.receive_data(data, srv.loop.time())
         if actions:
             srv.perform(self, actions)
@@ -261,6 +271,7 @@ class EdgeServer:
         self._own_log = log is None
         self.store = SessionStore()
         self.passwords: PasswordFile | None = None
+        self.auth: AuthQueue | None = None
         self.forward: ForwardWaiter | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.conns: set[_Conn] = set()
@@ -269,7 +280,7 @@ class EdgeServer:
         self.addresses: list[tuple[str, int, bool]] = []
         self.failed: BaseException | None = None
         self.stopped: asyncio.Event | None = None  # created in start()
-        self.stats = {"connections": 0, "refused": 0}
+        self.stats = {"connections": 0, "refused": 0, "auth_busy": 0}
         self._servers: list[asyncio.base_events.Server] = []
         self._watch: dict[Future, list[_Conn]] = {}
         self._throttled: set[_Conn] = set()
@@ -293,6 +304,9 @@ class EdgeServer:
         self._idle.set()
         if edge.password_file:
             self.passwords = await asyncio.to_thread(PasswordFile, edge.password_file)
+            self.auth = AuthQueue(edge.auth_workers, edge.auth_max_pending,
+                                  edge.auth_max_pending_per_address, edge.auth_failure_backoff_s,
+                                  self.loop.call_soon_threadsafe)
         if self.log is None:
             self.log = await asyncio.to_thread(CaptureLog.open, cfg.capture_dir, cfg.capture)
         t0 = time.monotonic()
@@ -342,7 +356,9 @@ class EdgeServer:
         now = self.loop.time()
         self._next_conn += 1
         conn.conn_id = f"{self._boot}-{_base36(self._next_conn)}"
-        conn.remote = _remote(conn.transport.get_extra_info("peername"))
+        peer = conn.transport.get_extra_info("peername")
+        conn.remote = _remote(peer)
+        conn.host = str(peer[0]) if isinstance(peer, tuple) and peer else conn.remote
         busy = len(self.conns) >= self.edge.max_connections
         conn.session = Session(conn.conn_id, conn.remote, self.limits, now, busy=busy)
         self.conns.add(conn)
@@ -486,11 +502,20 @@ class EdgeServer:
     def _connect(self, conn: _Conn, req: ConnectRequest) -> None:
         pw = self.passwords
         if pw is not None and req.username is not None:
-            # The hash is slow on purpose: check in a thread, and read no more
-            # from this client meanwhile (the session would only buffer it).
-            conn.pause("auth")
-            fut = self.loop.run_in_executor(None, pw.check, req.username, req.password)
-            fut.add_done_callback(lambda f: self._connect_checked(conn, req, f))
+            # The hash is slow on purpose: the AuthQueue runs it in a worker
+            # thread, bounded (see bridge/edge/admission.py). Reading goes on
+            # (up to _AUTH_READ_MAX) so that a client that hangs up meanwhile
+            # is noticed and its check skipped.
+            conn.auth_bytes = 0
+            busy = self.auth.submit(
+                conn.host, lambda: pw.check(req.username, req.password),
+                lambda: conn.transport is not None and not conn.transport.is_closing(),
+                lambda f: self._connect_checked(conn, req, f) if f is not None else None)
+            if busy is not None:
+                conn.auth_bytes = -1
+                self.stats["refused"] += 1
+                self.stats["auth_busy"] += 1
+                self.perform(conn, conn.session.refuse(edge_rules.AUTH_BUSY, 0x89, busy))
         else:
             self._connect_checked(conn, req, None)
 
@@ -498,6 +523,7 @@ class EdgeServer:
         session = conn.session
         if conn.transport is None or self._stopping:
             return
+        conn.auth_bytes = -1
         conn.resume("auth")
         refusal = None
         if checked is not None:
@@ -506,7 +532,10 @@ class EdgeServer:
             except Exception as exc:  # a broken hash entry: refuse, say why in the log
                 log.error("%s: password check failed: %s", conn.conn_id, exc)
                 ok = False
-            if not ok:
+            if ok:
+                self.auth.succeeded(conn.host)
+            else:
+                self.auth.failed(conn.host)
                 refusal = (0x86, f"bad user name or password for user name of "
                                  f"{len(req.username or '')} characters")
         elif req.username is None and not self.edge.allow_anonymous:
@@ -671,6 +700,8 @@ class EdgeServer:
             await asyncio.sleep(0.01)
         if self._snapshot_task is not None:
             self._snapshot_task.cancel()
+        if self.auth is not None:
+            self.auth.close()
         if self.forward is not None:
             self.forward.stop()
         if self.failed is None:
