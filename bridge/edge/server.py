@@ -56,7 +56,8 @@ from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
 from bridge.edge.persist import SNAPSHOT_INTERVAL_S, recover, write_snapshot
 from bridge.edge.session import (
-    Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage, version_name,
+    CONNECTING, Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage,
+    version_name,
 )
 from bridge.edge.state import SessionStore
 
@@ -157,6 +158,9 @@ class _Conn(asyncio.Protocol):
         self.paused_by: set[str] = set()
         self.host = "-"  # remote address without the port (per-address limits)
         self.auth_bytes = -1  # bytes read while the password is checked (-1: not checking)
+        self.buffered = 0  # bytes of an incomplete frame the session holds (as last counted)
+        self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
+        self.frames_at = 0  # session.frames_in when partial_since was set
 
     # ------------------------------------------------------------ asyncio
     def connection_made(self, transport) -> None:
@@ -173,6 +177,7 @@ class _Conn(asyncio.Protocol):
         actions = self.session.receive_data(data, srv.loop.time())
         if actions:
             srv.perform(self, actions)
+        srv.account(self)
         if srv.log_busy():
             srv.throttle(self)
 
@@ -284,6 +289,10 @@ class EdgeServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._watch: dict[Future, list[_Conn]] = {}
         self._throttled: set[_Conn] = set()
+        #: connections holding an incomplete frame, and the bytes they hold
+        self._partial: set[_Conn] = set()
+        self.buffered_total = 0
+        self._frame_task: asyncio.Task | None = None
         self._room_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._snapshot_seq = -1
@@ -340,6 +349,7 @@ class EdgeServer:
                 host, port = sock.getsockname()[:2]
                 self.addresses.append((host, port, is_tls))
         self._snapshot_task = loop.create_task(self._snapshot_loop())
+        self._frame_task = loop.create_task(self._frame_timeouts())
         return self.addresses
 
     @property
@@ -381,6 +391,7 @@ class EdgeServer:
         if actions:
             self.perform(conn, actions)
         conn.queue.clear()
+        self._unaccount(conn)
         if conn.timer is not None:
             conn.timer.cancel()
             conn.timer = None
@@ -498,6 +509,70 @@ class EdgeServer:
             if self.stopped is not None:
                 self.stopped.set()
 
+    # ------------------------------------------------------------ incomplete frames
+    def account(self, conn: _Conn) -> None:
+        """Count the bytes ``conn``'s session holds of an incomplete frame and
+        when that frame started; over ``edge.max_buffered_bytes`` in total,
+        close the connections whose incomplete frames are the oldest."""
+        session = conn.session
+        transport = conn.transport
+        n = session.buffered if transport is not None and not transport.is_closing() else 0
+        if n != conn.buffered:
+            self.buffered_total += n - conn.buffered
+            conn.buffered = n
+        if n:
+            if conn not in self._partial or session.frames_in != conn.frames_at:
+                # a new frame started in this chunk (none was pending, or one completed)
+                conn.partial_since = self.loop.time()
+                conn.frames_at = session.frames_in
+                self._partial.add(conn)
+            if self.buffered_total > self.edge.max_buffered_bytes:
+                self._over_budget()
+        elif conn in self._partial:
+            self._partial.discard(conn)
+
+    def _unaccount(self, conn: _Conn) -> None:
+        self.buffered_total -= conn.buffered
+        conn.buffered = 0
+        self._partial.discard(conn)
+
+    def _over_budget(self) -> None:
+        budget = self.edge.max_buffered_bytes
+        while self.buffered_total > budget and self._partial:
+            worst = min(self._partial, key=lambda c: (c.partial_since, -c.buffered))
+            self._limit_close(worst, edge_rules.BUFFER_BUDGET,
+                              f"incomplete frames of all connections hold {self.buffered_total} "
+                              f"bytes, over edge.max_buffered_bytes = {budget}; this "
+                              f"connection's is the oldest ({worst.buffered} bytes, "
+                              f"{self.loop.time() - worst.partial_since:.1f} s)")
+
+    def _limit_close(self, conn: _Conn, rule: str, detail: str) -> None:
+        """Close ``conn`` for a resource limit (its reason goes to the log's
+        close line); its buffered bytes are released now."""
+        why = f"[{rule}] {detail}"
+        log.warning("%s client=%s remote=%s: closing: %s", conn.conn_id,
+                    conn.session.client_id or "-", conn.remote, why)
+        if conn.session.close_reason is None:
+            conn.session.close_reason = why
+        self._unaccount(conn)
+        if conn.transport is not None:
+            conn.transport.close()
+
+    async def _frame_timeouts(self) -> None:
+        """Close connections whose incomplete frame is older than
+        ``edge.frame_timeout_s`` (not those waiting for their password check)."""
+        limit = self.edge.frame_timeout_s
+        while True:
+            await asyncio.sleep(min(1.0, limit / 4))
+            cutoff = self.loop.time() - limit
+            for conn in [c for c in self._partial if c.partial_since <= cutoff]:
+                if conn.session.state == CONNECTING:
+                    continue
+                self._limit_close(conn, edge_rules.FRAME_TIMEOUT,
+                                  f"a frame started {self.loop.time() - conn.partial_since:.1f} s "
+                                  f"ago is still incomplete ({conn.buffered} bytes buffered, "
+                                  f"edge.frame_timeout_s = {limit:g})")
+
     # ------------------------------------------------------------ CONNECT
     def _connect(self, conn: _Conn, req: ConnectRequest) -> None:
         pw = self.passwords
@@ -563,6 +638,7 @@ class EdgeServer:
                  " tls" if conn.tls else "", req.clean_start, session.keepalive, present,
                  "yes" if req.username is not None else "no")
         self.perform(conn, session.accept(client, present, self.loop.time()))
+        self.account(conn)
         self._arm(conn)
 
     # ------------------------------------------------------------ wills
@@ -700,6 +776,8 @@ class EdgeServer:
             await asyncio.sleep(0.01)
         if self._snapshot_task is not None:
             self._snapshot_task.cancel()
+        if self._frame_task is not None:
+            self._frame_task.cancel()
         if self.auth is not None:
             self.auth.close()
         if self.forward is not None:

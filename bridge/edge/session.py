@@ -415,6 +415,12 @@ class Session:
         self._conn_b = conn_id.encode()
         self._remote_b = remote.encode()
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and held: an incomplete frame (or, while the CONNECT
+        is being checked, whatever arrived after it)."""
+        return len(self._buf)
+
     # -------------------------------------------------------------- timers
     @property
     def deadline(self) -> float | None:
