@@ -208,7 +208,8 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
             expiry = p.properties.session_expiry_interval or 0
         else:
             expiry = 0 if p.clean_start else NEVER_EXPIRES
-        s, _present = store.open(cid, p.clean_start, expiry, r.timestamp_us / 1e6)
+        s, _present = store.open(cid, p.clean_start, expiry, r.timestamp_us / 1e6,
+                                 p.protocol_level)
         live[cid] = s
         if wills is not None:
             wills.pop(cid, None)  # a new connection ends the previous one's Will [MQTT-3.1.3-9]

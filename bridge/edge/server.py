@@ -322,6 +322,8 @@ class EdgeServer:
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
             recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream)
+        self._configure_store()
+        self._expire_sessions()
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "
                  "%d Wills owed, %d capture records replayed in %.2f s", len(self.store),
                  sum(len(s.qos2) for s in self.store.sessions.values()), len(owed_wills), replayed,
@@ -630,7 +632,8 @@ class EdgeServer:
             pending[0].cancel()
             if req.clean_start:  # the old session ends now, and with it the delay
                 self._capture_will(pending[1])
-        client, present = self.store.open(cid, req.clean_start, req.expiry_s, time.time())
+        client, present = self.store.open(cid, req.clean_start, req.expiry_s, time.time(),
+                                          req.protocol_level)
         conn.client = client
         self.clients[cid] = conn
         log.info("open %s client=%s v=%s remote=%s%s clean=%d keepalive=%d session_present=%d "
@@ -691,10 +694,29 @@ class EdgeServer:
         self._arm(conn)
 
     # ------------------------------------------------------------ snapshots
+    def _configure_store(self) -> None:
+        e = self.edge
+        self.store.configure(e.persistent_session_expiry_s, e.max_persistent_sessions,
+                             e.max_stored_qos2_ids)
+
+    def _expire_sessions(self) -> None:
+        """Drop expired sessions, then those beyond the store's bounds (logged)."""
+        gone = self.store.expire(time.time())
+        if gone:
+            log.info("%d persistent sessions expired (first: client=%s)", len(gone), gone[0])
+        dropped = self.store.bound()
+        if dropped:
+            e = self.edge
+            log.warning("%d persistent sessions dropped, the longest disconnected first, with %d "
+                        "QoS 2 ids awaiting PUBREL: over edge.max_persistent_sessions = %d or "
+                        "edge.max_stored_qos2_ids = %d (first: client=%s); a PUBREL for a "
+                        "dropped id gets PUBCOMP 0x92 (MQTT 5), a re-sent PUBLISH is captured "
+                        "again", len(dropped), sum(n for _c, n in dropped),
+                        e.max_persistent_sessions, e.max_stored_qos2_ids, dropped[0][0])
+
     async def _snapshot_loop(self) -> None:
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
-            self.store.expire(time.time())
             if self.log.next_seq != self._snapshot_seq:
                 try:
                     await self.snapshot()
@@ -714,7 +736,9 @@ class EdgeServer:
 
     async def snapshot(self) -> None:
         """Write the persistent sessions with the capture offsets they reflect,
-        once everything appended so far is durable."""
+        once everything appended so far is durable (expired sessions and
+        those beyond the store's bounds dropped first)."""
+        self._expire_sessions()
         doc = self.store.to_json()
         wills = self.owed_wills()
         offsets = self.log.next_offsets()

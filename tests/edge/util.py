@@ -104,7 +104,8 @@ class Harness:
                 raise TypeError(a)
 
     def accept(self, req: ConnectRequest) -> None:
-        client, present = self.store.open(req.client_id, req.clean_start, req.expiry_s, 1000.0)
+        client, present = self.store.open(req.client_id, req.clean_start, req.expiry_s, 1000.0,
+                                          req.protocol_level)
         self.present = present
         self.perform(self.session.accept(client, present, self.now))
 
