@@ -13,7 +13,8 @@ back, in order:
 * ``Send`` / ``Close``: queued in order as well; a close waits until every
   record captured before it is durable.
 * ``ConnectRequest``: password check (off the event loop: the hash is slow on
-  purpose), connection limit, take-over of an older connection with the same
+  purpose; admitted, bounded or refused at once with 0x89 by
+  :class:`~bridge.edge.admission.AuthQueue`), connection limit, take-over of an older connection with the same
   Client Identifier [MQTT-3.1.4-3], session lookup; then ``Session.accept``.
 * ``WillMessage``: appended now, or after the Will Delay Interval unless a
   connection resumes the session first.
@@ -27,6 +28,12 @@ Back-pressure: when the capture log has ``capture.max_pending_bytes``
 waiting for the disk, connections stop reading their sockets until it has
 room; a connection whose peer does not read its acknowledgements stops being
 read as well (transport write-buffer limits).
+
+Incomplete frames: the server counts the bytes each session holds of a frame
+not yet complete. One that stays incomplete for ``edge.frame_timeout_s``
+closes its connection [LG-edge-frame-timeout]; over
+``edge.max_buffered_bytes`` across all connections, the connection whose
+incomplete frame is the oldest is closed [LG-edge-buffer-budget].
 
 Shutdown (:meth:`EdgeServer.shutdown`): stop accepting, stop reading, send
 DISCONNECT 0x8B to MQTT 5 clients behind their pending acknowledgements,
@@ -499,8 +506,11 @@ class EdgeServer:
             await asyncio.to_thread(self.log.wait_for_room, 0, 1.0)
             if self.log.has_room(0):
                 conns, self._throttled = self._throttled, set()
+                now = self.loop.time()
                 for c in conns:
                     c.resume("log")
+                    # the edge stopped reading, not the client: its frame's clock restarts
+                    c.partial_since = max(c.partial_since, now)
 
     def log_failed(self, exc: BaseException) -> None:
         """The capture log cannot write: nothing more may be acknowledged.
@@ -562,13 +572,14 @@ class EdgeServer:
 
     async def _frame_timeouts(self) -> None:
         """Close connections whose incomplete frame is older than
-        ``edge.frame_timeout_s`` (not those waiting for their password check)."""
+        ``edge.frame_timeout_s`` (not those waiting for their password check,
+        nor those the edge stopped reading for capture-log back-pressure)."""
         limit = self.edge.frame_timeout_s
         while True:
             await asyncio.sleep(min(1.0, limit / 4))
             cutoff = self.loop.time() - limit
             for conn in [c for c in self._partial if c.partial_since <= cutoff]:
-                if conn.session.state == CONNECTING:
+                if conn.session.state == CONNECTING or "log" in conn.paused_by:
                     continue
                 self._limit_close(conn, edge_rules.FRAME_TIMEOUT,
                                   f"a frame started {self.loop.time() - conn.partial_since:.1f} s "
@@ -717,6 +728,7 @@ class EdgeServer:
     async def _snapshot_loop(self) -> None:
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
+            self._expire_sessions()
             if self.log.next_seq != self._snapshot_seq:
                 try:
                     await self.snapshot()
