@@ -14,8 +14,9 @@ back, in order:
   record captured before it is durable.
 * ``ConnectRequest``: password check (off the event loop: the hash is slow on
   purpose; admitted, bounded or refused at once with 0x89 by
-  :class:`~bridge.edge.admission.AuthQueue`), connection limit, take-over of an older connection with the same
-  Client Identifier [MQTT-3.1.4-3], session lookup; then ``Session.accept``.
+  :class:`~bridge.edge.admission.AuthQueue`), connection limit, take-over of
+  an older connection with the same Client Identifier [MQTT-3.1.4-3],
+  session lookup; then ``Session.accept``.
 * ``WillMessage``: appended now, or after the Will Delay Interval unless a
   connection resumes the session first.
 
