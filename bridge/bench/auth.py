@@ -13,7 +13,8 @@ directory and a temporary password file holding user ``alice`` hashed at
 * **flood**: the same, while a separate process (so that it does not share
   this process's interpreter lock with the measuring client) opens
   ``--flood-rate`` connections per second from ``--flood-address`` (another
-  loopback address, default 127.0.0.2), each sending a CONNECT for ``alice``
+  loopback address, default 127.0.0.2; ``--flood-addresses N`` spreads them
+  over N consecutive addresses), each sending a CONNECT for ``alice``
   with a wrong password and closing the socket at once. The flood process
   runs at nice 19: on a network the attacker's CPU is not the edge's, and on
   one machine the generator would otherwise take the CPU the edge measures.
@@ -58,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wrong-password CONNECTs per second during the flood (default 1000)")
     p.add_argument("--flood-address", default="127.0.0.2",
                    help="loopback address the flood connects from (default 127.0.0.2)")
+    p.add_argument("--flood-addresses", type=int, default=1,
+                   help="spread the flood over this many consecutive loopback addresses from "
+                        "--flood-address (default 1)")
     p.add_argument("--cost-ln", type=int, default=15,
                    help="scrypt cost (log2 N) of the password file's hash (default 15)")
 
@@ -115,9 +119,21 @@ def _summary(lat: list[float]) -> dict:
 
 
 # ---------------------------------------------------------------- the flood (own process)
-async def _flood(port: int, address: str, rate: int, seconds: float) -> dict:
+def _addresses(first: str, n: int) -> list[str]:
+    import ipaddress
+
+    base = ipaddress.IPv4Address(first)
+    out = [str(base + i) for i in range(n)]
+    if not all(ipaddress.IPv4Address(a).is_loopback for a in out):
+        raise ValueError(f"--flood-address {first} + {n} leaves the loopback range")
+    return out
+
+
+async def _flood(port: int, address: str, rate: int, seconds: float, spread: int = 1) -> dict:
     frame = _connect_frame("flood", b"wrong password")
+    addresses = _addresses(address, spread)
     sent = errors = 0
+    turn = 0
     tick = 0.01
     per_tick = max(1, round(rate * tick))
     loop = asyncio.get_running_loop()
@@ -125,10 +141,12 @@ async def _flood(port: int, address: str, rate: int, seconds: float) -> dict:
     end = start + seconds
 
     async def one() -> None:
-        nonlocal sent, errors
+        nonlocal sent, errors, turn
+        turn += 1
+        source = addresses[turn % len(addresses)]
         try:
             _r, w = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0)), 5)
+                asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)), 5)
             w.write(frame)
             w.close()
             sent += 1
@@ -151,13 +169,14 @@ async def _flood(port: int, address: str, rate: int, seconds: float) -> dict:
     return {"sent": sent, "errors": errors, "per_s": round(sent / elapsed, 1)}
 
 
-def _flood_main(port: int, address: str, rate: int, seconds: float) -> None:
-    print(json.dumps(asyncio.run(_flood(port, address, rate, seconds))), flush=True)
+def _flood_main(port: int, address: str, rate: int, seconds: float, spread: int = 1) -> None:
+    print(json.dumps(asyncio.run(_flood(port, address, rate, seconds, spread))), flush=True)
 
 
 def _start_flood(port: int, args: argparse.Namespace) -> subprocess.Popen:
     code = (f"from bridge.bench.auth import _flood_main; "
-            f"_flood_main({port}, {args.flood_address!r}, {args.flood_rate}, {args.seconds})")
+            f"_flood_main({port}, {args.flood_address!r}, {args.flood_rate}, {args.seconds}, "
+            f"{args.flood_addresses})")
     root = Path(__file__).resolve().parents[2]
     # Niced: on a real network the flood's own CPU is the attacker's, not the edge's.
     return subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE,
@@ -169,10 +188,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.bench.edge import _stop, start_edge
     from bridge.edge.auth import hash_password, write_password_file
 
-    if args.seconds <= 0 or args.flood_rate < 1 or args.interval_ms < 0:
-        from bridge.cli import UsageError
+    from bridge.cli import UsageError
 
-        raise UsageError("--seconds and --flood-rate must be positive, --interval-ms not negative")
+    if args.seconds <= 0 or args.flood_rate < 1 or args.interval_ms < 0 or args.flood_addresses < 1:
+        raise UsageError("--seconds, --flood-rate and --flood-addresses must be positive, "
+                         "--interval-ms not negative")
+    try:
+        _addresses(args.flood_address, args.flood_addresses)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     tmp = Path(tempfile.mkdtemp(prefix="lakegate-bench-auth-"))
     passwd = tmp / "passwd"
     write_password_file(passwd, {_USER: hash_password(_GOOD, ln=args.cost_ln)})
@@ -180,6 +204,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         f"edge.password_file={passwd}", "edge.allow_anonymous=false"]
     result: dict = {"protocol": "3.1.1", "seconds": args.seconds, "interval_ms": args.interval_ms,
                     "flood_rate": args.flood_rate, "flood_address": args.flood_address,
+                    "flood_addresses": args.flood_addresses,
                     "cost_ln": args.cost_ln, "cpus": os.cpu_count(),
                     "edge_settings": {k: getattr(config.edge, k) for k in (
                         "auth_workers", "auth_max_pending", "auth_max_pending_per_address",
@@ -228,6 +253,7 @@ def _print(r: dict) -> None:
                 f"{x.get('errors', 0)} errors)")
         print(line)
     fl = r["flood"].get("flood", {})
-    print(f"flood: {fl.get('sent')} wrong-password CONNECTs from {r['flood_address']} "
+    print(f"flood: {fl.get('sent')} wrong-password CONNECTs from {r['flood_addresses']} "
+          f"address(es) from {r['flood_address']} "
           f"({fl.get('per_s')}/s, target {r['flood_rate']}/s)")
     print(f"p99 flood/quiet: {r['p99_ratio_flood_to_quiet']}")

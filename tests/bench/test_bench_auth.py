@@ -13,7 +13,7 @@ from bridge.cli import main
 @pytest.mark.subprocess
 def test_bench_auth_json(tmp_path, capsys):
     code = main(["bench", "auth", "--json", "--seconds", "1", "--flood-rate", "50",
-                 "--cost-ln", "10", "--interval-ms", "20", "--set", f"data_dir={tmp_path}"])
+                 "--cost-ln", "10", "--interval-ms", "20", "--flood-addresses", "3", "--set", f"data_dir={tmp_path}"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     for phase in ("quiet", "flood"):
