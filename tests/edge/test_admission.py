@@ -191,7 +191,12 @@ def test_burst_of_closed_wrong_password_connects_is_not_hashed(run_edge, slow_pa
 
 
 @pytest.mark.parametrize("level, busy", [(4, BUSY_V3), (5, BUSY_V5)])
-def test_lg_edge_auth_busy_connack_when_checks_pile_up(run_edge, slow_passwords, level, busy):
+def test_lg_edge_auth_busy_connack_when_checks_pile_up(run_edge, slow_passwords, level, busy,
+                                                       monkeypatch):
+    gate = threading.Event()  # holds every check until the test has seen the refusal
+    real = PasswordFile.check
+    monkeypatch.setattr(PasswordFile, "check",
+                        lambda self, u, p: gate.wait(30) and real(self, u, p))
     e = run_edge(f"edge.password_file={slow_passwords}", "edge.allow_anonymous=false",
                  "edge.auth_workers=1", "edge.auth_max_pending=2",
                  "edge.auth_max_pending_per_address=1000", "edge.auth_failure_backoff_s=0")
@@ -201,7 +206,11 @@ def test_lg_edge_auth_busy_connack_when_checks_pile_up(run_edge, slow_passwords,
     wait_for(lambda: sum(c.session.state == "connecting" for c in list(e.server.conns)) == 3, 10,
              "3 CONNECTs waiting for their checks")
     extra = RawClient(e.port, timeout=30)
-    assert extra.connect(level, client_id="late", username="alice", password=b"wonderland") == busy
+    try:
+        assert extra.connect(level, client_id="late", username="alice",
+                             password=b"wonderland") == busy
+    finally:
+        gate.set()
     for c in waiting:
         assert c.packet()[:2] in (b"\x20\x02", b"\x20\x03")  # each answered in the end
         c.close()
