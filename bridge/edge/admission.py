@@ -6,7 +6,7 @@ otherwise queue minutes of hashing in front of every legitimate client. The
 :class:`AuthQueue` decides, on the event loop, for each CONNECT that needs a
 check:
 
-* **refuse at once** (``None`` from :meth:`AuthQueue.submit`, the server
+* **refuse at once** (:meth:`AuthQueue.submit` returns the reason, the server
   answers CONNACK 0x89 Server busy, 3.x 0x03 Server unavailable
   [``LG-edge-auth-busy``]) when ``edge.auth_max_pending`` checks already wait
   for a worker, or the remote address already has
