@@ -190,3 +190,17 @@ def test_owed_wills_go_through_the_snapshot(tmp_path, log):
     assert sorted(wills) == ["a", "c"]
     assert wills["a"].frame == a.session.owed_will().frame
     assert wills["c"].frame == c.session.owed_will().frame
+
+
+def test_recovered_3x_session_is_marked_and_expires_with_the_configured_time(tmp_path, log):
+    live = SessionStore()
+    session(log, live, "c1", 4, client_id="v3", clean_start=False).feed(b"\xe0\x00")
+    session(log, live, "c2", 5, client_id="v5", clean_start=False,
+            properties=Properties(session_expiry_interval=NEVER_EXPIRES)).feed(b"\xe0\x00")
+    store = recovered(tmp_path, log)
+    assert store.sessions["v3"].v3 and not store.sessions["v5"].v3
+    store.configure(60, None, None)
+    ended = store.sessions["v3"].disconnected_at
+    assert store.expire(ended + 59) == []
+    assert store.expire(ended + 60) == ["v3"]
+    assert list(store.sessions) == ["v5"]
