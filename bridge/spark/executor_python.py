@@ -12,20 +12,27 @@ lakegate, and the first batch fails on the executors with
 own interpreter (``sys.executable``, the venv's python, unresolved so that
 the venv is used): the assumption is that the same venv path exists on the
 workers (one machine, a shared file system or one image). Where the driver's
-interpreter is unknown it raises :class:`ExecutorPythonUnknown`, one line
-saying what to set. No Spark import here: the session factory applies the
-choice before the SparkContext starts.
+interpreter is unknown it raises :class:`ExecutorPythonError`, one line
+saying what to set. The session factory applies the choice before the
+SparkContext starts, then, on a cluster master, :func:`check_executors` runs
+one tiny task that imports lakegate there, so a Python the workers do not
+have fails at start, in one line, not at the first batch.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
-from typing import MutableMapping
+from typing import TYPE_CHECKING, Any, MutableMapping
 
-__all__ = ["ENV", "CONF", "ExecutorPython", "ExecutorPythonUnknown", "choose", "apply"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["ENV", "CONF", "ExecutorPython", "ExecutorPythonError", "choose", "apply", "check_executors",
+           "probe"]
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +42,8 @@ ENV = "PYSPARK_PYTHON"
 CONF = "spark.pyspark.python"
 
 
-class ExecutorPythonUnknown(RuntimeError):
-    """The executors' Python cannot be chosen; the message is one line saying what to set."""
+class ExecutorPythonError(RuntimeError):
+    """The executors' Python cannot be chosen or cannot run lakegate; the message is one line saying what to set."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class ExecutorPython:
 def choose(environ: MutableMapping[str, str] | None = None, executable: str | None = None) -> ExecutorPython:
     """The executors' Python: ``$PYSPARK_PYTHON`` when set, else the driver's interpreter.
 
-    Raises :class:`ExecutorPythonUnknown` when neither is known (an embedded
+    Raises :class:`ExecutorPythonError` when neither is known (an embedded
     interpreter with an empty ``sys.executable``).
     """
     env = os.environ if environ is None else environ
@@ -59,7 +66,7 @@ def choose(environ: MutableMapping[str, str] | None = None, executable: str | No
         return ExecutorPython(user, ENV)
     exe = sys.executable if executable is None else executable
     if not exe:
-        raise ExecutorPythonUnknown(
+        raise ExecutorPythonError(
             f"lakegate: cannot tell which Python the Spark executors should run (this interpreter's path is "
             f"unknown): set {ENV} (or --conf {CONF}=...) to a Python with lakegate installed on every worker")
     return ExecutorPython(exe, "driver")
@@ -72,3 +79,40 @@ def apply(environ: MutableMapping[str, str] | None = None, executable: str | Non
     env[ENV] = chosen.python
     log.info("spark executors' python: %s (from %s)", chosen.python, chosen.source)
     return chosen
+
+
+#: What an executor says when the Python it was given cannot run lakegate.
+_CAUSE = re.compile(r"((?:ModuleNotFoundError|ImportError): [^\n]+|Cannot run program [^\n]+)")
+
+
+def probe(_: Any) -> str:
+    """Runs on an executor: imports what the job's Python code needs there; returns the interpreter."""
+    import pandas  # noqa: F401 - the imports are the check
+    import pyarrow  # noqa: F401
+
+    import bridge.parse.udf  # noqa: F401
+
+    return sys.executable
+
+
+def failure(python: str, error: str) -> str:
+    """The one line for executors that cannot run lakegate with ``python``."""
+    m = _CAUSE.search(error)
+    cause = m.group(1).strip() if m else next((ln.strip() for ln in error.splitlines() if ln.strip()), "unknown error")
+    return (f"lakegate: the Spark executors cannot run lakegate with {python} ({cause[:300]}): install lakegate "
+            f"there on every worker, or set {ENV} (or --conf {CONF}=...) to a Python that has it")
+
+
+def check_executors(spark: "SparkSession", python: str) -> None:
+    """On a cluster master, one task that imports lakegate on an executor; local masters are skipped.
+
+    Raises :class:`ExecutorPythonError` (one line) when the task fails.
+    """
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return
+    try:
+        where = sc.parallelize([0], 1).map(probe).collect()
+    except Exception as exc:  # Py4JJavaError: the task's failure, with the executor's traceback as text
+        raise ExecutorPythonError(failure(python, str(exc))) from None
+    log.info("spark executors run lakegate with %s", where[0] if where else python)

@@ -5,7 +5,8 @@
 * under ``spark-submit`` it uses the master and settings spark-submit gave
   (never overrides ``--master``), and sets the executors' Python to the
   driver's interpreter unless ``PYSPARK_PYTHON`` / ``spark.pyspark.python``
-  says otherwise (:mod:`bridge.spark.executor_python`);
+  says otherwise, and on a cluster master checks that the executors import
+  lakegate with it (:mod:`bridge.spark.executor_python`);
 * otherwise it starts a local session (``spark.master``, default ``local[*]``)
   after checking that Java 17+ is present (:class:`bridge.javacheck.JavaMissing`
   otherwise), with the project's quiet log4j2 configuration.
@@ -71,8 +72,8 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
     """Build (or get) the SparkSession for ``config``.
 
     ``extra``: additional Spark properties. Raises JavaMissing (local mode only)
-    when Java 17+ is absent; under spark-submit, ExecutorPythonUnknown when
-    the executors' Python cannot be chosen.
+    when Java 17+ is absent; under spark-submit, ExecutorPythonError when
+    the executors' Python cannot be chosen or, on a cluster, cannot run lakegate.
     """
     from pyspark.sql import SparkSession
 
@@ -84,6 +85,11 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         for k, v in (extra or {}).items():
             builder = builder.config(k, v)
         spark = builder.getOrCreate()
+        try:
+            executor_python.check_executors(spark, python)
+        except executor_python.ExecutorPythonError:
+            spark.stop()
+            raise
     else:
         require_java()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

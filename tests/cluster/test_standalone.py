@@ -59,7 +59,7 @@ def _submit_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """(master URL, state dir) of a master and two workers; all of it stopped afterwards, by pid."""
     state = tmp_path_factory.mktemp("cluster")
@@ -126,6 +126,27 @@ def _delete_queue(consumer: Consumer) -> None:
         parts = line.split("\t")
         if len(parts) == 2 and parts[1] == consumer.binding:
             subprocess.run([ctl, "-q", "delete_queue", parts[0]], capture_output=True, timeout=60)
+
+
+def test_executors_that_cannot_run_lakegate_stop_the_job_at_start_in_one_line(cluster, tmp_path):
+    """A PYSPARK_PYTHON the workers do not have: exit 2 and one line at start, not a failed first batch."""
+    url, _ = cluster
+    env = {**_submit_env(), "PYSPARK_PYTHON": "/nonexistent/lakegate/bin/python3",
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    job = subprocess.run(
+        [str(VENV_BIN / "spark-submit"), "--master", url, "--properties-file", "conf/spark-defaults.conf",
+         "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2", "--conf", "spark.task.maxFailures=1",
+         "jobs/process_packets.py", "--config", "conf/lakegate.toml", "--set", f"data_dir={tmp_path}",
+         "--set", "log_level=WARNING", "--once"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    # spark-submit passes the Python driver's stderr on to its stdout (it merges the two streams)
+    assert job.returncode == 2, (job.stdout + job.stderr)[-3000:]
+    ours = [ln for ln in job.stdout.splitlines() if ln.startswith("lakegate:")]
+    assert len(ours) == 1, job.stdout[-3000:]
+    last = ours[0]
+    assert last.startswith("lakegate: the Spark executors cannot run lakegate with /nonexistent/lakegate/bin/python3 (")
+    assert "Cannot run program" in last and "PYSPARK_PYTHON" in last
+    assert not (tmp_path / "checkpoints").exists()  # no query started
 
 
 def test_spark_submit_on_a_standalone_cluster_survives_a_killed_worker(cluster, edge, tmp_path, rabbitmq):  # noqa: F811

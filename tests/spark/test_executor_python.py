@@ -17,7 +17,7 @@ import pyspark.sql
 import pytest
 
 from bridge.config import load_config
-from bridge.spark.executor_python import ExecutorPythonUnknown, choose
+from bridge.spark.executor_python import ExecutorPythonError, choose, failure, probe
 from bridge.spark.session import build_session
 
 
@@ -32,7 +32,7 @@ def test_choose_keeps_the_users_pyspark_python():
 
 
 def test_unknown_interpreter_fails_in_one_line_saying_what_to_set():
-    with pytest.raises(ExecutorPythonUnknown) as exc:
+    with pytest.raises(ExecutorPythonError) as exc:
         choose({"PYSPARK_PYTHON": "  "}, "")
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith("lakegate: ")
@@ -46,9 +46,26 @@ class _FakeSession:
 
     class _Ctx:
         master = "spark://127.0.0.1:7077"
+        #: what the probe task on an executor raises (None: it runs)
+        task_error: str | None = None
 
         def setLogLevel(self, level):  # noqa: N802 - PySpark's name
             pass
+
+        def parallelize(self, data, n):
+            ctx = self
+
+            class _Rdd:
+                def map(self, f):
+                    return self
+
+                def collect(self):
+                    _FakeSession.seen["probed"] = True
+                    if ctx.task_error:
+                        raise RuntimeError(ctx.task_error)
+                    return [sys.executable]
+
+            return _Rdd()
 
     class _Builder:
         def __init__(self):
@@ -67,6 +84,9 @@ class _FakeSession:
             s.sparkContext = _FakeSession._Ctx()
             s.version = "fake"
             return s
+
+    def stop(self):
+        _FakeSession.seen["stopped"] = True
 
     class _BuilderProp:
         def __get__(self, obj, cls):
@@ -88,6 +108,46 @@ def test_spark_submit_session_sets_executors_python_to_the_driver_interpreter(un
     build_session(load_config(None, [], env={}), app_name="t")
     assert _FakeSession.seen["env"] == sys.executable  # before the SparkContext started
     assert _FakeSession.seen["conf"]["spark.pyspark.python"] == sys.executable
+    assert _FakeSession.seen["probed"] and "stopped" not in _FakeSession.seen
+
+
+#: the text of a Py4JJavaError when the executors' Python lacks pyarrow (abridged from a real run)
+TASK_FAILURE = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 4 times, most recent failure:
+org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/work/x/bridge/spark/executor_python.py", line 90, in probe
+    import pyarrow  # noqa: F401
+ModuleNotFoundError: No module named 'pyarrow'
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:600)
+"""
+
+
+def test_spark_submit_session_on_workers_without_lakegate_fails_at_start_in_one_line(under_submit):
+    under_submit.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    under_submit.setattr(_FakeSession._Ctx, "task_error", TASK_FAILURE)
+    with pytest.raises(ExecutorPythonError) as exc:
+        build_session(load_config(None, [], env={}), app_name="t")
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("lakegate: the Spark executors cannot run lakegate with /usr/bin/python3")
+    assert "ModuleNotFoundError: No module named 'pyarrow'" in msg and "PYSPARK_PYTHON" in msg
+    assert _FakeSession.seen["stopped"]
+
+
+def test_local_master_under_spark_submit_runs_no_probe(under_submit):
+    under_submit.setattr(_FakeSession._Ctx, "master", "local[2]")
+    build_session(load_config(None, [], env={}), app_name="t")
+    assert "probed" not in _FakeSession.seen
+
+
+def test_probe_imports_the_jobs_python_dependencies():
+    assert probe(0) == sys.executable
+
+
+def test_a_missing_interpreter_is_named_in_one_line():
+    text = ("org.apache.spark.SparkException: Job aborted\njava.io.IOException: Cannot run program "
+            "\"/srv/lakegate/.venv/bin/python3\": error=2, No such file or directory\n\tat java.base/...")
+    msg = failure("/srv/lakegate/.venv/bin/python3", text)
+    assert "\n" not in msg and 'Cannot run program "/srv/lakegate/.venv/bin/python3": error=2' in msg
 
 
 def test_spark_submit_session_keeps_a_pyspark_python_the_user_set(under_submit):
