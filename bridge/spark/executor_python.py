@@ -88,9 +88,9 @@ _CAUSE = re.compile(r"((?:ModuleNotFoundError|ImportError): [^\n]+|Cannot run pr
 def probe(_: Any) -> str:
     """Runs on an executor: imports what the job's Python code needs there; returns the interpreter."""
     import pandas  # noqa: F401 - the imports are the check
-    import pyarrow  # noqa: F401
+    import pyarrow  # noqa: F401 - the imports are the check
 
-    import bridge.parse.udf  # noqa: F401
+    import bridge.parse.udf  # noqa: F401 - the imports are the check (the parse UDF's module)
 
     return sys.executable
 

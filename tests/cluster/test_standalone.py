@@ -149,7 +149,8 @@ def test_executors_that_cannot_run_lakegate_stop_the_job_at_start_in_one_line(cl
     assert not (tmp_path / "checkpoints").exists()  # no query started
 
 
-def test_spark_submit_on_a_standalone_cluster_survives_a_killed_worker(cluster, edge, tmp_path, rabbitmq):  # noqa: F811
+def test_spark_submit_on_a_standalone_cluster_survives_a_killed_worker(
+        cluster, edge, tmp_path, rabbitmq):  # noqa: F811 - edge is the imported fixture
     url, state = cluster
     port = edge
     prefix = f"cl{uuid.uuid4().hex[:8]}"

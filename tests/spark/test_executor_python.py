@@ -11,6 +11,7 @@ with a stand-in SparkSession (no JVM).
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pyspark.sql
@@ -34,9 +35,9 @@ def test_choose_keeps_the_users_pyspark_python():
 def test_unknown_interpreter_fails_in_one_line_saying_what_to_set():
     with pytest.raises(ExecutorPythonError) as exc:
         choose({"PYSPARK_PYTHON": "  "}, "")
-    msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("lakegate: ")
-    assert "PYSPARK_PYTHON" in msg and "spark.pyspark.python" in msg and "every worker" in msg
+    assert re.fullmatch(r"lakegate: cannot tell which Python the Spark executors should run \(this interpreter's "
+                        r"path is unknown\): set PYSPARK_PYTHON \(or --conf spark\.pyspark\.python=\.\.\.\) to a "
+                        r"Python with lakegate installed on every worker", str(exc.value))
 
 
 class _FakeSession:
@@ -71,14 +72,14 @@ class _FakeSession:
         def __init__(self):
             self.conf = {}
 
-        def appName(self, name):  # noqa: N802
+        def appName(self, name):  # noqa: N802 - PySpark's name
             return self
 
         def config(self, k, v):
             self.conf[k] = v
             return self
 
-        def getOrCreate(self):  # noqa: N802
+        def getOrCreate(self):  # noqa: N802 - PySpark's name
             _FakeSession.seen = {"conf": dict(self.conf), "env": os.environ.get("PYSPARK_PYTHON")}
             s = _FakeSession()
             s.sparkContext = _FakeSession._Ctx()
@@ -127,9 +128,10 @@ def test_spark_submit_session_on_workers_without_lakegate_fails_at_start_in_one_
     under_submit.setattr(_FakeSession._Ctx, "task_error", TASK_FAILURE)
     with pytest.raises(ExecutorPythonError) as exc:
         build_session(load_config(None, [], env={}), app_name="t")
-    msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("lakegate: the Spark executors cannot run lakegate with /usr/bin/python3")
-    assert "ModuleNotFoundError: No module named 'pyarrow'" in msg and "PYSPARK_PYTHON" in msg
+    assert re.fullmatch(r"lakegate: the Spark executors cannot run lakegate with /usr/bin/python3 "
+                        r"\(ModuleNotFoundError: No module named 'pyarrow'\): install lakegate there on every worker, "
+                        r"or set PYSPARK_PYTHON \(or --conf spark\.pyspark\.python=\.\.\.\) to a Python that has it",
+                        str(exc.value))
     assert _FakeSession.seen["stopped"]
 
 
@@ -146,8 +148,10 @@ def test_probe_imports_the_jobs_python_dependencies():
 def test_a_missing_interpreter_is_named_in_one_line():
     text = ("org.apache.spark.SparkException: Job aborted\njava.io.IOException: Cannot run program "
             "\"/srv/lakegate/.venv/bin/python3\": error=2, No such file or directory\n\tat java.base/...")
-    msg = failure("/srv/lakegate/.venv/bin/python3", text)
-    assert "\n" not in msg and 'Cannot run program "/srv/lakegate/.venv/bin/python3": error=2' in msg
+    assert re.fullmatch(r'lakegate: the Spark executors cannot run lakegate with /srv/lakegate/\.venv/bin/python3 '
+                        r'\(Cannot run program "/srv/lakegate/\.venv/bin/python3": error=2, No such file or '
+                        r'directory\): install lakegate there on every worker, or set PYSPARK_PYTHON .*',
+                        failure("/srv/lakegate/.venv/bin/python3", text))
 
 
 def test_spark_submit_session_keeps_a_pyspark_python_the_user_set(under_submit):
