@@ -17,6 +17,7 @@ from bridge.cli import setup_logging
 from bridge.config import ConfigError, load_config
 from bridge.javacheck import JavaMissing
 from bridge.job.pipeline import run_job, shutdown
+from bridge.spark.executor_python import ExecutorPythonError
 from bridge.spark.session import build_session
 
 p = argparse.ArgumentParser(description="lakegate streaming job")
@@ -28,7 +29,7 @@ try:
     config = load_config(args.config, args.overrides)
     setup_logging(config)
     spark = build_session(config, app_name="lakegate-job")
-except (ConfigError, JavaMissing) as exc:
+except (ConfigError, JavaMissing, ExecutorPythonError) as exc:
     msg = str(exc)
     print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
     sys.exit(2)

@@ -3,7 +3,10 @@
 ``build_session(config)`` returns a SparkSession:
 
 * under ``spark-submit`` it uses the master and settings spark-submit gave
-  (never overrides ``--master``);
+  (never overrides ``--master``), and sets the executors' Python to the
+  driver's interpreter unless ``PYSPARK_PYTHON`` / ``spark.pyspark.python``
+  says otherwise, and on a cluster master checks that the executors import
+  lakegate with it (:mod:`bridge.spark.executor_python`);
 * otherwise it starts a local session (``spark.master``, default ``local[*]``)
   after checking that Java 17+ is present (:class:`bridge.javacheck.JavaMissing`
   otherwise), with the project's quiet log4j2 configuration.
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from bridge.config import Config
 from bridge.javacheck import require_java
+from bridge.spark import executor_python
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,16 +72,24 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
     """Build (or get) the SparkSession for ``config``.
 
     ``extra``: additional Spark properties. Raises JavaMissing (local mode only)
-    when Java 17+ is absent.
+    when Java 17+ is absent; under spark-submit, ExecutorPythonError when
+    the executors' Python cannot be chosen or, on a cluster, cannot run lakegate.
     """
     from pyspark.sql import SparkSession
 
     name = app_name or config.spark.app_name
     if under_spark_submit():
-        builder = SparkSession.builder.appName(name)
+        # before the SparkContext starts: it reads $PYSPARK_PYTHON once, for every Python function it ships
+        python = executor_python.apply().python
+        builder = SparkSession.builder.appName(name).config(executor_python.CONF, python)
         for k, v in (extra or {}).items():
             builder = builder.config(k, v)
         spark = builder.getOrCreate()
+        try:
+            executor_python.check_executors(spark, python)
+        except executor_python.ExecutorPythonError:
+            spark.stop()
+            raise
     else:
         require_java()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
