@@ -62,8 +62,8 @@ from bridge.edge import rules as edge_rules
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry
 from bridge.mqtt import (
     Connack, Connect, Disconnect, IncompleteData, MqttError, PingReq, Properties, PubAck,
-    PubComp, PubRec, PubRel, Publish, Subscribe, Unsubscribe, check_client_id, check_topic_alias,
-    encode,
+    PubComp, PubRec, PubRel, Publish, Subscribe, Unsubscribe, check_client_id,
+    check_payload_format, check_topic_alias, encode,
 )
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.fixed_header import PacketType, encode_fixed_header, parse_fixed_header
@@ -545,6 +545,11 @@ class Session:
                 edge_rules.AUTH_METHOD_UNSUPPORTED,
                 f"CONNECT Authentication Method of {len(props.authentication_method)} characters "
                 "is not supported", protocol_level=5, packet_type=PacketType.CONNECT)
+        if level == 5 and p.will is not None:
+            # MQTT 5.0 section 3.1.3.2.3: the Server MAY validate the Will's
+            # payload format and refuse with CONNACK 0x99; the job would
+            # quarantine the captured Will otherwise.
+            check_payload_format(p.will, what="Will Payload", packet_type=PacketType.CONNECT)
         if not p.client_id:
             self.client_id = f"lakegate-{self.conn_id}"
             self.key = self.client_id.encode()
@@ -648,6 +653,12 @@ class Session:
                             "Retain Available 0", packet_type=PacketType.PUBLISH,
                             protocol_level=self.level)
         qos = p.qos
+        if self.level == 5 and p.properties.payload_format_indicator == 1:
+            try:
+                check_payload_format(p)  # [LG-payload-format-invalid], MQTT 5.0 3.3.2.3.2
+            except MqttError as err:
+                self._refuse_publish(p, frame, headers, err, actions)
+                return
         if qos == 0:
             actions.append(Capture(frame, headers))
             return
@@ -682,6 +693,33 @@ class Session:
         entries[pid] = entry
         self._qos2_here.add(pid)
         actions.append(Capture(frame, headers, _ACK.pack(0x50, 2, pid), 0, True, entry))
+
+    def _refuse_publish(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
+                        err: MqttError, actions: list[Action]) -> None:
+        """Refuse a PUBLISH whose content the edge will not take (MQTT 5 only;
+        the connection stays open): QoS 1 gets PUBACK, QoS 2 PUBREC, with the
+        error's reason code (a PUBREC >= 0x80 ends the QoS 2 exchange, so no
+        Packet Identifier is kept awaiting PUBREL). QoS 0 has no acknowledgement
+        to carry a refusal: the frame is captured marked all the same (the job
+        quarantines it with the edge's rule and forwards nothing), and the
+        connection stays open rather than dropping the messages behind it for
+        one message's content. Every refused frame is captured with the reject
+        headers; refused frames wait for no forwarding (``ack_after``)."""
+        marked = headers + [("reject", err.rule.encode()),
+                            ("reject_code", str(err.reason_code).encode()),
+                            ("reject_error", str(err).encode())]
+        qos = p.qos
+        if qos == 0:
+            actions.append(Capture(frame, marked))
+            return
+        pid = p.packet_id
+        quota = 1
+        if qos == 2 and pid in self.client.qos2:
+            quota = 0  # counted when the PUBLISH it re-sends arrived
+        else:
+            self._count_inflight()  # a refused PUBLISH counts until its ack is written
+        first = 0x40 if qos == 1 else 0x50
+        actions.append(Capture(frame, marked, _ACK_RC.pack(first, 3, pid, err.reason_code), quota))
 
     def _count_inflight(self) -> None:
         if self._inflight >= self._receive_maximum and self.level == 5:

@@ -285,8 +285,10 @@ RULES: dict[str, Rule] = {
     "LG-payload-format-invalid": Rule(
         "Payload Format Indicator is 1 but the payload is not well-formed UTF-8", 0x99, _P,
         enforced="session",
-        note="MQTT 5.0 section 3.3.2.3.2: the receiver MAY validate; "
-        "publish.check_payload_format()",
+        note="MQTT 5.0 section 3.3.2.3.2: the receiver MAY validate "
+        "(publish.check_payload_format); the edge refuses with PUBACK/PUBREC 0x99 and keeps the connection, captures a QoS 0 "
+        "one marked (it has no acknowledgement), and refuses a Will with CONNACK 0x99 "
+        "(section 3.1.3.2.3); the job's parser applies the same check",
     ),
     # -- acknowledgements -----------------------------------------------------
     "MQTT-3.4.2-1": Rule("The PUBACK reason code is not a PUBACK Reason Code", 0x82, _P),

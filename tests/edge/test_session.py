@@ -408,6 +408,58 @@ def test_topic_alias_maximum_0_refuses_every_alias():
     assert h.take() == b"\xe0\x01\x94"
 
 
+NOT_UTF8 = Properties(payload_format_indicator=1)
+
+
+@pytest.mark.parametrize("qos, ack", [(1, 0x40), (2, 0x50)])
+def test_lg_payload_format_invalid_is_refused_with_0x99_and_captured_marked(qos, ack):
+    # MQTT 5.0 section 3.3.2.3.2: a receiver that validates the payload MAY
+    # refuse it with 0x99 Payload format invalid in PUBACK / PUBREC.
+    h = connected(5, Limits(receive_maximum=1))
+    bad = publish(5, qos=qos, packet_id=7, payload=b"ok \xff\xfe", properties=NOT_UTF8)
+    h.feed(bad)
+    assert h.take() == bytes((ack, 3, 0, 7, 0x99))
+    assert h.records[-1][0] == bad
+    rule, code, error = reject_headers(h)
+    assert (rule, code) == ("LG-payload-format-invalid", 0x99) and "5 bytes" in error
+    assert h.session.state == "connected" and h.closed is None
+    assert 7 not in h.session.client.qos2  # PUBREC >= 0x80 ends the QoS 2 exchange
+    # the refusal's ack released the Receive Maximum unit: the next one is accepted
+    h.feed(publish(5, qos=qos, packet_id=8, payload="é".encode(), properties=NOT_UTF8))
+    assert h.take() == bytes((ack, 2, 0, 8)) and "reject" not in h.headers()
+
+
+def test_lg_payload_format_invalid_qos0_is_captured_marked_and_the_connection_stays():
+    h = connected(5)
+    h.feed(publish(5, payload=b"\xc0\xaf", properties=NOT_UTF8) + publish(5, payload=b"next"))
+    assert h.take() == b"" and h.session.state == "connected"
+    assert reject_headers(h, -2)[:2] == ("LG-payload-format-invalid", 0x99)
+    assert "reject" not in h.headers(-1)
+
+
+def test_lg_payload_format_invalid_will_is_refused_with_connack_0x99():
+    # MQTT 5.0 section 3.1.3.2.3: the Server MAY validate the Will's format
+    # and refuse the CONNECT with 0x99 (its Will would be kept out otherwise).
+    will = Will("dev/status", b"\xff\xfe", 1, False, NOT_UTF8)
+    h = Harness()
+    h.feed(connect(5, will=will))
+    assert h.take() == b"\x20\x03\x00\x99\x00" and not h.requests
+    assert reject_headers(h)[:2] == ("LG-payload-format-invalid", 0x99)
+    assert h.closed.startswith("[LG-payload-format-invalid] Will Payload of 2 bytes")
+    ok = Harness()
+    ok.feed(connect(5, will=Will("dev/status", "bye ü".encode(), 1, False, NOT_UTF8)))
+    assert ok.session.state == "connected"
+
+
+@pytest.mark.parametrize("level, props", [(5, Properties(payload_format_indicator=0)),
+                                          (5, Properties()), (4, Properties()),
+                                          (3, Properties())])
+def test_payload_not_utf8_is_accepted_without_payload_format_indicator_1(level, props):
+    h = connected(level)
+    h.feed(publish(level, qos=1, payload=b"\xff", properties=props))
+    assert h.take() == b"\x40\x02\x00\x01" and "reject" not in h.headers()
+
+
 def test_mqtt_3_3_4_7_receive_maximum_exceeded():
     limits = Limits(receive_maximum=2)
     s = Session("c1", "r", limits, 0.0)
