@@ -304,7 +304,7 @@ def redact_password(frame: bytes, password_len: int) -> bytes:
     with the Remaining Length fixed. The frame must have decoded with a
     password of ``password_len`` bytes: the Password is then the last field
     of the packet (the codec checks nothing follows it)."""
-    fh = parse_fixed_header(frame)
+    fh = parse_fixed_header(frame, minimal=False)  # 3.x may send a non-minimal one
     start = fh.header_length
     body = frame[start:fh.total_length]
     name_len = (body[0] << 8) | body[1]
@@ -318,7 +318,7 @@ def _connect_head_length(view) -> int | None:
     """Bytes of a CONNECT up to the end of Keep Alive (fixed header,
     Protocol Name, Version, Connect Flags, Keep Alive), or None."""
     try:
-        fh = parse_fixed_header(view)
+        fh = parse_fixed_header(view, minimal=False)
     except MqttError:
         return None
     if fh is None:
@@ -345,7 +345,8 @@ def reject_record(view, err: MqttError) -> tuple[bytes, str]:
     have = len(view)
     total = None
     try:
-        fh = parse_fixed_header(view)
+        # strict for the minimal-length rule only when that rule was the fault
+        fh = parse_fixed_header(view, minimal=err.rule == "MQTT-1.5.5-1")
         if fh is not None:
             total = fh.total_length
     except MqttError:  # the fixed header itself is bad: its bytes are all there is

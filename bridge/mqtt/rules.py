@@ -89,6 +89,9 @@ RULES: dict[str, Rule] = {
     ),
     "MQTT-1.5.5-1": Rule(
         "A Variable Byte Integer does not use the minimum number of bytes", 0x81, _M,
+        note="MQTT 5 only. MQTT 3.1.1 section 2.2.3 encodes the Remaining Length the same way "
+        "with no minimum-bytes statement (3.1 neither): levels 3 and 4 accept a non-minimal one; "
+        "a first CONNECT is judged by its own Protocol Version",
     ),
     "MQTT-1.5.7-1": Rule(
         "A string of a UTF-8 String Pair (User Property) is not a valid UTF-8 Encoded String",

@@ -376,6 +376,31 @@ def test_mqtt_3_2_2_15_packet_larger_than_maximum_is_recorded_truncated():
     assert f"truncated: 1024 of {len(big)} bytes recorded" in error
 
 
+def stretch(frame: bytes) -> bytes:
+    """``frame`` (Remaining Length < 128) with its Remaining Length in two bytes."""
+    return bytes((frame[0], frame[1] | 0x80, 0)) + frame[2:]
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_non_minimal_remaining_length_is_accepted_in_3_1_and_3_1_1(level):
+    # MQTT-1.5.5-1 is MQTT 5's; MQTT 3.1.1 section 2.2.3 sets no minimum.
+    h = Harness()
+    h.feed(stretch(connect(level, username="u", password=b"pw-123")))
+    assert h.take() == CONNACK_OK and h.session.state == "connected"
+    frame, _ = h.records[0]
+    assert b"pw-123" not in frame and decode_packet(frame, None)[0].password is None
+    h.feed(stretch(publish(level, qos=1, packet_id=5)))
+    assert h.take() == b"\x40\x02\x00\x05" and h.frames()[-1] == stretch(publish(level, qos=1,
+                                                                                   packet_id=5))
+    assert "reject" not in h.headers()
+
+
+def test_mqtt_1_5_5_1_non_minimal_remaining_length_is_refused_in_5():
+    h = connected(5)
+    h.feed(stretch(publish(5, qos=1)))
+    assert h.take() == b"\xe0\x01\x81" and reject_headers(h)[0] == "MQTT-1.5.5-1"
+
+
 def test_topic_alias_is_resolved_into_the_capture_headers():
     h = connected(5, Limits(topic_alias_maximum=4))
     h.feed(publish(5, topic="long/topic/name", qos=1, packet_id=1,
