@@ -893,6 +893,13 @@ class Session:
             else:
                 self._reject_first(view, err, actions)
             return
+        if err.rule != SECOND_CONNECT and len(view) and view[0] >> 4 == PacketType.CONNECT:
+            # Whatever else is wrong with it, a CONNECT on a connected session
+            # is a Protocol Error [MQTT-3.1.0-2]: the codec's verdict (e.g. 0x84
+            # for a bad Protocol Name or Version, a CONNACK code that no
+            # DISCONNECT may carry [MQTT-3.14.2-1]) stays in the message.
+            err = violation(SECOND_CONNECT, f"a second CONNECT on the connection ({err})",
+                            packet_type=PacketType.CONNECT, protocol_level=self.level)
         if err.rule == SECOND_CONNECT:
             frame, note = self._redacted_second_connect(view)
         else:

@@ -175,7 +175,12 @@ RULES: dict[str, Rule] = {
         "The first packet on a connection is not a CONNECT", 0x82, _P,
         note="decode_packet(..., protocol_level=None) accepts only CONNECT",
     ),
-    "MQTT-3.1.0-2": Rule("A second CONNECT on the same connection", 0x82, _P, enforced="session"),
+    "MQTT-3.1.0-2": Rule(
+        "A second CONNECT on the same connection", 0x82, _P, enforced="session",
+        note="also when the codec faults it (e.g. 0x84 for its Protocol Name or Version, a "
+        "CONNACK code no DISCONNECT carries [MQTT-3.14.2-1]); the codec's error stays in the "
+        "message",
+    ),
     "MQTT-3.1.2-1": Rule(
         "The Protocol Name is not 'MQTT' (or 'MQIsdp' for MQTT 3.1)", 0x84, _P,
         note="close without CONNACK: the peer has not shown it speaks MQTT",

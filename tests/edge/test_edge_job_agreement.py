@@ -10,7 +10,9 @@ protocol levels, valid and broken frames; tests/parse/strategies.py):
 * every frame the job's parser rejects (quarantine) was refused or marked by
   the edge: its record carries the ``reject`` headers;
 * no refusal travels with a success code: a marked PUBLISH answered with
-  PUBACK/PUBREC carries a reason code of 0x80 or more.
+  PUBACK/PUBREC carries a reason code of 0x80 or more;
+* everything the edge sends decodes as Server-to-Client packets, reason
+  codes checked against each packet's table (item 5 of the issue).
 
 Each corpus frame goes through its own sans-IO edge session (CONNECT at the
 frame's level first, unless the frame is itself a CONNECT or the corpus gives
@@ -36,6 +38,7 @@ from tests.edge.util import Harness, connect, headers_of, publish
 from tests.parse.strategies import batch
 
 SEEN: Counter = Counter()
+SENT: Counter = Counter()
 PUBLISH, PUBACK, PUBREC = 3, 4, 5
 
 
@@ -51,10 +54,19 @@ def _alias_to_map(frame: bytes, level: int) -> int | None:
 
 
 def drive(frame: bytes, level, alias: str | None, max_packet: int | None) -> list[tuple]:
-    """(frame, headers, reply) of every record the edge captures for ``frame``."""
+    """(frame, headers, reply) of every record the edge captures for ``frame``
+    (a CONNECT goes both first and, on another connection, second)."""
+    out = []
+    if level in (3, 4, 5) and frame[:1] and frame[0] >> 4 == 1:
+        out = _drive(frame, level, alias, max_packet, second=True)
+    return out + _drive(frame, level, alias, max_packet)
+
+
+def _drive(frame: bytes, level, alias: str | None, max_packet: int | None, *,
+           second: bool = False) -> list[tuple]:
     limits = Limits(max_packet_bytes=max_packet or 1048576, topic_alias_maximum=65535)
     h = Harness(limits)
-    if level in (3, 4, 5) and frame[:1] and frame[0] >> 4 != 1:
+    if level in (3, 4, 5) and frame[:1] and (frame[0] >> 4 != 1 or second):
         h.feed(connect(level, client_id="inv"))
         if level == 5 and alias is not None:
             a = _alias_to_map(frame, level)
@@ -64,9 +76,23 @@ def drive(frame: bytes, level, alias: str | None, max_packet: int | None) -> lis
         return []
     h.feed(frame)
     h.perform(h.session.connection_lost(0.0))
+    check_sent(bytes(h.sent), h.session.level)
     out = [(f, hd, reply) for (f, hd), reply in zip(h.records, h.replies)]
     out += [(w.frame, w.headers, None) for w in h.wills]
     return out
+
+
+def check_sent(sent: bytes, level: int | None) -> None:
+    """Everything the edge sent decodes as Server-to-Client packets, which
+    checks each reason code against its packet's table (MQTT-3.2.2-8,
+    MQTT-3.14.2-1, ...). MQTT 3.1 output is read with the 3.1.1 shapes: the
+    one difference, SUBACK 0x80 (3.1 has no failure code), is the README's
+    stated choice."""
+    lv = 4 if level in (None, 3) else level
+    while sent:
+        p, used = decode_packet(sent, lv, from_client=False)
+        SENT[(type(p).__name__, getattr(p, "reason_code", None))] += 1
+        sent = sent[used:]
 
 
 def _success(reply: bytes | None) -> bool | None:
@@ -129,6 +155,8 @@ def test_the_agreement_run_covered_enough():
     assert lax >= 5, lax
     assert {"LG-payload-format-invalid", "MQTT-1.5.5-1", "MQTT-3.3.1-4",
             "LG-truncated", "MQTT-1.5.4-1"} <= set(refused), refused
+    assert {("Disconnect", 0x81), ("Disconnect", 0x82), ("PubAck", 0x99), ("PubRec", 0x99),
+            ("Connack", 0x00), ("PubAck", 0x00)} <= set(SENT), SENT
     pfi = sum(n for (t, _v, marked, _ok, r, _p), n in SEEN.items()
               if t == PUBLISH and marked and r == "LG-payload-format-invalid")
     assert pfi >= 5, pfi

@@ -136,6 +136,29 @@ def test_mqtt_3_1_0_2_second_connect_is_a_protocol_error(level, expect):
     assert reject_headers(h)[:2] == ("MQTT-3.1.0-2", 0x82)
 
 
+SECOND_CONNECTS = {
+    "bad protocol name [MQTT-3.1.2-1]": bytes.fromhex("100D00044D5154550502000A000170"),
+    "bad protocol level [MQTT-3.1.2-2]": bytes.fromhex("100D00044D5154540702000A000170"),
+    "malformed [MQTT-3.1.2-3]": bytes.fromhex("100E00044D5154540503000A00000170"),
+    "authentication method [MQTT-4.12.0-1]": bytes.fromhex(
+        "102300044D5154540502000A1515000B756E737570706F7274656416000474657374000170"),
+    "client id refused in 3.1 [MQTT-3.1.3-8]": connect(3, client_id="x" * 30),
+}
+
+
+@pytest.mark.parametrize("what", list(SECOND_CONNECTS))
+@pytest.mark.parametrize("level", [4, 5])
+def test_mqtt_3_1_0_2_any_second_connect_is_a_protocol_error_0x82(level, what):
+    # A second CONNECT is a Protocol Error whatever else is wrong with it:
+    # 0x84 (Unsupported Protocol Version) is a CONNACK code, not a DISCONNECT
+    # one [MQTT-3.14.2-1].
+    h = connected(level)
+    h.feed(SECOND_CONNECTS[what])
+    assert h.take() == (b"\xe0\x01\x82" if level == 5 else b"")
+    assert h.closed.startswith("[MQTT-3.1.0-2] a second CONNECT")
+    assert reject_headers(h)[:2] == ("MQTT-3.1.0-2", 0x82)
+
+
 @pytest.mark.parametrize("level", [3, 4, 5])
 def test_password_is_redacted_before_capture(level):
     h = Harness()
