@@ -556,9 +556,13 @@ class Session:
             self.key = self.client_id.encode()
             self._assigned = True
         if self._connack(0, False) is None:
-            raise violation("MQTT-3.1.2-24", f"no CONNACK fits the client's Maximum Packet Size of "
-                            f"{self.client_max_packet} bytes", packet_type=PacketType.CONNECT,
-                            protocol_level=5)
+            # MQTT-3.1.2-24: the Server must not send it. Closed without any
+            # CONNACK: from 5 bytes a refusing one would fit, but no reason
+            # code says why (0x95 Packet too large means the CONNECT was).
+            size = len(self._connack(0, False, limit=False))
+            raise violation("MQTT-3.1.2-24", f"the CONNACK of {size} bytes exceeds the client's "
+                            f"Maximum Packet Size of {self.client_max_packet} bytes: closed "
+                            "without a CONNACK", packet_type=PacketType.CONNECT, protocol_level=5)
         if self.busy:
             raise edge_rules.edge_violation(
                 edge_rules.EDGE_BUSY, "the edge serves edge.max_connections connections",
@@ -604,9 +608,11 @@ class Session:
             headers = headers + [("redacted", b"password")]
         return frame, headers
 
-    def _connack(self, reason: int, session_present: bool) -> bytes | None:
+    def _connack(self, reason: int, session_present: bool, *, limit: bool = True
+                 ) -> bytes | None:
         """The CONNACK bytes, or None when they exceed the client's Maximum
-        Packet Size (the edge then closes without a CONNACK)."""
+        Packet Size (the edge then closes without a CONNACK); ``limit=False``:
+        the bytes whatever their size."""
         level = self.level
         if level == 5:
             lim = self.limits
@@ -623,7 +629,8 @@ class Session:
                 if self._assigned:
                     props["assigned_client_identifier"] = self.client_id
             data = encode(Connack(session_present, reason, Properties(**props)), 5)
-            if self.client_max_packet is not None and len(data) > self.client_max_packet:
+            cmp = self.client_max_packet
+            if limit and cmp is not None and len(data) > cmp:
                 return None
             return data
         code = reason if reason < 0x80 else connack_v3_code(reason)
@@ -956,9 +963,10 @@ class Session:
         code; 3.x only the return codes it has (unsupported version 0x01,
         identifier rejected 0x02, credentials 0x04/0x05, unavailable 0x03);
         an unsupported version gets the 3.x form whatever it asked for, and
-        a wrong Protocol Name gets nothing [MQTT-3.1.2-1]."""
+        a wrong Protocol Name gets nothing [MQTT-3.1.2-1], nor does a client
+        whose Maximum Packet Size the CONNACK exceeds [MQTT-3.1.2-24]."""
         rule = err.rule
-        if rule in ("MQTT-3.1.2-1", "MQTT-3.1.0-1"):
+        if rule in ("MQTT-3.1.2-1", "MQTT-3.1.0-1", "MQTT-3.1.2-24"):
             return
         if rule == UNSUPPORTED_PROTOCOL_VERSION and self._connect is None:
             actions.append(Send(b"\x20\x02\x00\x01"))

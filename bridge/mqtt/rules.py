@@ -168,7 +168,9 @@ RULES: dict[str, Rule] = {
     ),
     "MQTT-3.1.2-24": Rule(
         "A packet from the Server exceeds the Maximum Packet Size", 0x95, _P,
-        note="the receiving-side mirror of MQTT-3.2.2-15 (decode with from_client=False)",
+        note="the receiving-side mirror of MQTT-3.2.2-15 (decode with from_client=False); the "
+        "edge raises it when its CONNACK would exceed the client's Maximum Packet Size and "
+        "closes without any CONNACK (0x95 would blame the CONNECT)",
     ),
     # -- CONNECT / CONNACK ----------------------------------------------------
     "MQTT-3.1.0-1": Rule(
@@ -294,9 +296,10 @@ RULES: dict[str, Rule] = {
         "Payload Format Indicator is 1 but the payload is not well-formed UTF-8", 0x99, _P,
         enforced="session",
         note="MQTT 5.0 section 3.3.2.3.2: the receiver MAY validate "
-        "(publish.check_payload_format); the edge refuses with PUBACK/PUBREC 0x99 and keeps the connection, captures a QoS 0 "
-        "one marked (it has no acknowledgement), and refuses a Will with CONNACK 0x99 "
-        "(section 3.1.3.2.3); the job's parser applies the same check",
+        "(publish.check_payload_format); the edge refuses with PUBACK/PUBREC 0x99 and keeps "
+        "the connection, captures a QoS 0 one marked (it has no acknowledgement), and "
+        "refuses a Will with CONNACK 0x99 (section 3.1.3.2.3); the job's parser applies the "
+        "same check",
     ),
     # -- acknowledgements -----------------------------------------------------
     "MQTT-3.4.2-1": Rule("The PUBACK reason code is not a PUBACK Reason Code", 0x82, _P),

@@ -210,6 +210,26 @@ def test_mqtt_3_1_2_24_no_connack_fits_a_tiny_maximum_packet_size():
     assert h.take() == b"" and h.closed.startswith("[MQTT-3.1.2-24]")
 
 
+def test_mqtt_3_1_2_24_a_connack_too_large_for_the_client_is_never_replaced_by_a_refusal():
+    # From 5 bytes a refusing CONNACK would fit, but 0x95 (Packet too large)
+    # would say the CONNECT was too large: the edge closes without a CONNACK,
+    # and its log line (the close reason) says so, with both sizes.
+    ok = Harness()
+    ok.feed(connect(5))
+    size = len(ok.take())
+    assert size > 5
+    for limit in range(1, size):
+        h = Harness()
+        h.feed(connect(5, properties=Properties(maximum_packet_size=limit)))
+        assert h.take() == b"", limit
+        assert h.closed == (f"[MQTT-3.1.2-24] the CONNACK of {size} bytes exceeds the client's "
+                            f"Maximum Packet Size of {limit} bytes: closed without a CONNACK")
+        assert reject_headers(h)[0] == "MQTT-3.1.2-24" and not h.requests
+    h = Harness()
+    h.feed(connect(5, properties=Properties(maximum_packet_size=size)))
+    assert len(h.take()) == size and h.session.state == "connected"
+
+
 @pytest.mark.parametrize("level, expect", [(4, b"\x20\x02\x00\x04"), (3, b"\x20\x02\x00\x04"),
                                            (5, b"\x20\x03\x00\x86\x00")])
 def test_mqtt_3_1_4_2_refused_credentials(level, expect):
