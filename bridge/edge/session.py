@@ -47,7 +47,10 @@ dominate the log), and the CONNECT with its password removed (header
 ``redacted=password``). A frame the edge rejects is captured too, with
 ``reject`` (rule id), ``reject_code`` (the MQTT 5 reason code) and
 ``reject_error`` before the connection is closed; see :func:`reject_record`
-for oversized and malformed-CONNECT frames.
+for oversized and malformed-CONNECT frames. A PUBLISH refused with the
+connection kept (PUBACK/PUBREC 0x97 or 0x99, or a QoS 0 one whose payload
+breaks its Payload Format Indicator) carries the same headers, so the job
+quarantines every frame the edge did not take.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.edge.session import Close, Limits, Session, redact_password, reject_record
+from bridge.edge.session import (
+    Capture, Close, Limits, Session, redact_password, reject_record,
+)
 from bridge.edge.state import NEVER_EXPIRES, SessionStore
 from bridge.mqtt import (
     Connack, Connect, MqttError, Properties, Publish, Subscribe, Subscription, Unsubscribe, Will,
@@ -495,6 +497,16 @@ def test_lg_payload_format_invalid_is_refused_with_0x99_and_captured_marked(qos,
     # the refusal's ack released the Receive Maximum unit: the next one is accepted
     h.feed(publish(5, qos=qos, packet_id=8, payload="é".encode(), properties=NOT_UTF8))
     assert h.take() == bytes((ack, 2, 0, 8)) and "reject" not in h.headers()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_lg_payload_format_invalid_refusal_waits_for_no_forwarding(qos):
+    # The job never forwards a refused frame, so with ack_after = "forward"
+    # its PUBACK/PUBREC must wait only for durability, not a forwarded mark.
+    h = connected(5)
+    acts = h.session.receive_data(publish(5, qos=qos, payload=b"\xff", properties=NOT_UTF8), 0.0)
+    (cap,) = [a for a in acts if isinstance(a, Capture)]
+    assert cap.reply[-1] == 0x99 and cap.forward is None and cap.qos2 is None
 
 
 def test_lg_payload_format_invalid_qos0_is_captured_marked_and_the_connection_stays():
