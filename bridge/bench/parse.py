@@ -348,7 +348,7 @@ def scalar_table(frames, alias, level: int = 5):
             row[i_rule], row[i_err], row[i_code] = err.rule, str(err), err.reason_code
             continue
         row[i_valid] = True
-        row[i_rl] = parse_fixed_header(f).remaining_length
+        row[i_rl] = parse_fixed_header(f, minimal=False).remaining_length  # 3.x: any
         row[i_pid] = getattr(packet, "packet_id", None)
         row[i_rc] = getattr(packet, "reason_code", None)
         if type(packet) is Publish:

@@ -47,7 +47,10 @@ dominate the log), and the CONNECT with its password removed (header
 ``redacted=password``). A frame the edge rejects is captured too, with
 ``reject`` (rule id), ``reject_code`` (the MQTT 5 reason code) and
 ``reject_error`` before the connection is closed; see :func:`reject_record`
-for oversized and malformed-CONNECT frames.
+for oversized and malformed-CONNECT frames. A PUBLISH refused with the
+connection kept (PUBACK/PUBREC 0x97 or 0x99, or a QoS 0 one whose payload
+breaks its Payload Format Indicator) carries the same headers, so the job
+quarantines every frame the edge did not take.
 """
 
 from __future__ import annotations
@@ -62,8 +65,8 @@ from bridge.edge import rules as edge_rules
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry
 from bridge.mqtt import (
     Connack, Connect, Disconnect, IncompleteData, MqttError, PingReq, Properties, PubAck,
-    PubComp, PubRec, PubRel, Publish, Subscribe, Unsubscribe, check_client_id, check_topic_alias,
-    encode,
+    PubComp, PubRec, PubRel, Publish, Subscribe, Unsubscribe, check_client_id,
+    check_payload_format, check_topic_alias, encode,
 )
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.fixed_header import PacketType, encode_fixed_header, parse_fixed_header
@@ -304,7 +307,7 @@ def redact_password(frame: bytes, password_len: int) -> bytes:
     with the Remaining Length fixed. The frame must have decoded with a
     password of ``password_len`` bytes: the Password is then the last field
     of the packet (the codec checks nothing follows it)."""
-    fh = parse_fixed_header(frame)
+    fh = parse_fixed_header(frame, minimal=False)  # 3.x may send a non-minimal one
     start = fh.header_length
     body = frame[start:fh.total_length]
     name_len = (body[0] << 8) | body[1]
@@ -318,7 +321,7 @@ def _connect_head_length(view) -> int | None:
     """Bytes of a CONNECT up to the end of Keep Alive (fixed header,
     Protocol Name, Version, Connect Flags, Keep Alive), or None."""
     try:
-        fh = parse_fixed_header(view)
+        fh = parse_fixed_header(view, minimal=False)
     except MqttError:
         return None
     if fh is None:
@@ -345,7 +348,8 @@ def reject_record(view, err: MqttError) -> tuple[bytes, str]:
     have = len(view)
     total = None
     try:
-        fh = parse_fixed_header(view)
+        # strict for the minimal-length rule only when that rule was the fault
+        fh = parse_fixed_header(view, minimal=err.rule == "MQTT-1.5.5-1")
         if fh is not None:
             total = fh.total_length
     except MqttError:  # the fixed header itself is bad: its bytes are all there is
@@ -551,14 +555,23 @@ class Session:
                 edge_rules.AUTH_METHOD_UNSUPPORTED,
                 f"CONNECT Authentication Method of {len(props.authentication_method)} characters "
                 "is not supported", protocol_level=5, packet_type=PacketType.CONNECT)
+        if level == 5 and p.will is not None:
+            # MQTT 5.0 section 3.1.3.2.3: the Server MAY validate the Will's
+            # payload format and refuse with CONNACK 0x99; the job would
+            # quarantine the captured Will otherwise.
+            check_payload_format(p.will, what="Will Payload", packet_type=PacketType.CONNECT)
         if not p.client_id:
             self.client_id = f"lakegate-{self.conn_id}"
             self.key = self.client_id.encode()
             self._assigned = True
         if self._connack(0, False) is None:
-            raise violation("MQTT-3.1.2-24", f"no CONNACK fits the client's Maximum Packet Size of "
-                            f"{self.client_max_packet} bytes", packet_type=PacketType.CONNECT,
-                            protocol_level=5)
+            # MQTT-3.1.2-24: the Server must not send it. Closed without any
+            # CONNACK: from 5 bytes a refusing one would fit, but no reason
+            # code says why (0x95 Packet too large means the CONNECT was).
+            size = len(self._connack(0, False, limit=False))
+            raise violation("MQTT-3.1.2-24", f"the CONNACK of {size} bytes exceeds the client's "
+                            f"Maximum Packet Size of {self.client_max_packet} bytes: closed "
+                            "without a CONNACK", packet_type=PacketType.CONNECT, protocol_level=5)
         if self.busy:
             raise edge_rules.edge_violation(
                 edge_rules.EDGE_BUSY, "the edge serves edge.max_connections connections",
@@ -604,9 +617,11 @@ class Session:
             headers = headers + [("redacted", b"password")]
         return frame, headers
 
-    def _connack(self, reason: int, session_present: bool) -> bytes | None:
+    def _connack(self, reason: int, session_present: bool, *, limit: bool = True
+                 ) -> bytes | None:
         """The CONNACK bytes, or None when they exceed the client's Maximum
-        Packet Size (the edge then closes without a CONNACK)."""
+        Packet Size (the edge then closes without a CONNACK); ``limit=False``:
+        the bytes whatever their size."""
         level = self.level
         if level == 5:
             lim = self.limits
@@ -623,7 +638,8 @@ class Session:
                 if self._assigned:
                     props["assigned_client_identifier"] = self.client_id
             data = encode(Connack(session_present, reason, Properties(**props)), 5)
-            if self.client_max_packet is not None and len(data) > self.client_max_packet:
+            cmp = self.client_max_packet
+            if limit and cmp is not None and len(data) > cmp:
                 return None
             return data
         code = reason if reason < 0x80 else connack_v3_code(reason)
@@ -654,6 +670,12 @@ class Session:
                             "Retain Available 0", packet_type=PacketType.PUBLISH,
                             protocol_level=self.level)
         qos = p.qos
+        if self.level == 5 and p.properties.payload_format_indicator == 1:
+            try:
+                check_payload_format(p)  # [LG-payload-format-invalid], MQTT 5.0 3.3.2.3.2
+            except MqttError as err:
+                self._refuse_publish(p, frame, headers, err, actions)
+                return
         if qos == 0:
             actions.append(Capture(frame, headers))
             return
@@ -688,6 +710,33 @@ class Session:
         entries[pid] = entry
         self._qos2_here.add(pid)
         actions.append(Capture(frame, headers, _ACK.pack(0x50, 2, pid), 0, True, entry))
+
+    def _refuse_publish(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
+                        err: MqttError, actions: list[Action]) -> None:
+        """Refuse a PUBLISH whose content the edge will not take (MQTT 5 only;
+        the connection stays open): QoS 1 gets PUBACK, QoS 2 PUBREC, with the
+        error's reason code (a PUBREC >= 0x80 ends the QoS 2 exchange, so no
+        Packet Identifier is kept awaiting PUBREL). QoS 0 has no acknowledgement
+        to carry a refusal: the frame is captured marked all the same (the job
+        quarantines it with the edge's rule and forwards nothing), and the
+        connection stays open rather than dropping the messages behind it for
+        one message's content. Every refused frame is captured with the reject
+        headers; refused frames wait for no forwarding (``ack_after``)."""
+        marked = headers + [("reject", err.rule.encode()),
+                            ("reject_code", str(err.reason_code).encode()),
+                            ("reject_error", str(err).encode())]
+        qos = p.qos
+        if qos == 0:
+            actions.append(Capture(frame, marked))
+            return
+        pid = p.packet_id
+        quota = 1
+        if qos == 2 and pid in self.client.qos2:
+            quota = 0  # counted when the PUBLISH it re-sends arrived
+        else:
+            self._count_inflight()  # a refused PUBLISH counts until its ack is written
+        first = 0x40 if qos == 1 else 0x50
+        actions.append(Capture(frame, marked, _ACK_RC.pack(first, 3, pid, err.reason_code), quota))
 
     def _count_inflight(self) -> None:
         if self._inflight >= self._receive_maximum and self.level == 5:
@@ -860,6 +909,13 @@ class Session:
             else:
                 self._reject_first(view, err, actions)
             return
+        if err.rule != SECOND_CONNECT and len(view) and view[0] >> 4 == PacketType.CONNECT:
+            # Whatever else is wrong with it, a CONNECT on a connected session
+            # is a Protocol Error [MQTT-3.1.0-2]: the codec's verdict (e.g. 0x84
+            # for a bad Protocol Name or Version, a CONNACK code that no
+            # DISCONNECT may carry [MQTT-3.14.2-1]) stays in the message.
+            err = violation(SECOND_CONNECT, f"a second CONNECT on the connection ({err})",
+                            packet_type=PacketType.CONNECT, protocol_level=self.level)
         if err.rule == SECOND_CONNECT:
             frame, note = self._redacted_second_connect(view)
         else:
@@ -916,9 +972,10 @@ class Session:
         code; 3.x only the return codes it has (unsupported version 0x01,
         identifier rejected 0x02, credentials 0x04/0x05, unavailable 0x03);
         an unsupported version gets the 3.x form whatever it asked for, and
-        a wrong Protocol Name gets nothing [MQTT-3.1.2-1]."""
+        a wrong Protocol Name gets nothing [MQTT-3.1.2-1], nor does a client
+        whose Maximum Packet Size the CONNACK exceeds [MQTT-3.1.2-24]."""
         rule = err.rule
-        if rule in ("MQTT-3.1.2-1", "MQTT-3.1.0-1"):
+        if rule in ("MQTT-3.1.2-1", "MQTT-3.1.0-1", "MQTT-3.1.2-24"):
             return
         if rule == UNSUPPORTED_PROTOCOL_VERSION and self._connect is None:
             actions.append(Send(b"\x20\x02\x00\x01"))

@@ -41,8 +41,9 @@ from bridge.mqtt.disconnect import (
     decode_pingresp, encode_auth, encode_disconnect, encode_pingreq, encode_pingresp,
 )
 from bridge.mqtt.errors import IncompleteData, MqttError
-from bridge.mqtt.fixed_header import PacketType, check_first_byte, parse_fixed_header
+from bridge.mqtt.fixed_header import PacketType, check_first_byte, is_minimal, parse_fixed_header
 from bridge.mqtt.publish import Publish, decode_publish, encode_publish
+from bridge.mqtt.rules import violation
 from bridge.mqtt.subscribe import (
     Suback, Subscribe, Unsuback, Unsubscribe, decode_suback, decode_subscribe, decode_unsuback,
     decode_unsubscribe, encode_suback, encode_subscribe, encode_unsuback, encode_unsubscribe,
@@ -123,11 +124,23 @@ def decode_packet(
     b0 = mv[0]
     try:
         ptype = check_first_byte(b0, protocol_level, from_client)
-        fh = parse_fixed_header(mv, max_packet_bytes=max_packet_bytes, from_client=from_client)
+        # MQTT-1.5.5-1 (minimal Remaining Length) is MQTT 5's; 3.1.1 section
+        # 2.2.3 and 3.1 have no such rule (see bridge.mqtt.fixed_header)
+        fh = parse_fixed_header(mv, max_packet_bytes=max_packet_bytes, from_client=from_client,
+                                minimal=protocol_level == 5)
         if fh is None:
             raise IncompleteData(None, have)
         start = fh.header_length
         end = start + fh.remaining_length
+        if protocol_level is None and not is_minimal(fh):
+            # a first CONNECT: its own Protocol Name and Version decide
+            known, level = _connect_name_level(mv, have, fh)
+            if not known:
+                raise IncompleteData(end, have)
+            if level not in (3, 4):
+                raise violation("MQTT-1.5.5-1", f"Remaining Length is encoded in "
+                                f"{start - 1} bytes, more than the minimum",
+                                packet_type=PacketType.CONNECT, protocol_level=level)
         if end > have:
             raise IncompleteData(end, have)
         packet = _DECODERS[ptype](mv, start, end, b0 & 0x0F, protocol_level, from_client)
@@ -148,23 +161,32 @@ def _connect_level(mv: memoryview, have: int) -> int | None:
     Protocol Name and Version were readable and supported (so the edge can
     answer in the right CONNACK format); None otherwise."""
     try:
-        fh = parse_fixed_header(mv)
+        fh = parse_fixed_header(mv, minimal=False)
     except MqttError:
         return None
     if fh is None:
         return None
+    return _connect_name_level(mv, have, fh)[1]
+
+
+def _connect_name_level(mv: memoryview, have: int, fh) -> tuple[bool, int | None]:
+    """(known, level): whether the bytes at hand tell the CONNECT's Protocol
+    Name and Version (or show they are missing from the frame), and the
+    level when they are a supported pair (MQIsdp/3, MQTT/4, MQTT/5)."""
     pos = fh.header_length
-    end = min(have, fh.total_length)
+    total = fh.total_length
+    end = min(have, total)
+    complete = have >= total
     if pos + 2 > end:
-        return None
+        return complete, None
     n = (mv[pos] << 8) | mv[pos + 1]
     if pos + 2 + n >= end:
-        return None
+        return complete, None
     name = bytes(mv[pos + 2:pos + 2 + n])
     level = mv[pos + 2 + n]
     if (name == b"MQTT" and level in (4, 5)) or (name == b"MQIsdp" and level == 3):
-        return level
-    return None
+        return True, level
+    return True, None
 
 
 def encode(packet: Packet, protocol_level: int) -> bytes:

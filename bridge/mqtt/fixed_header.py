@@ -6,8 +6,16 @@ Contract
   frame of a buffer is, or None when the fixed header is still incomplete. It
   raises as soon as the fixed header proves the frame unacceptable: a
   Remaining Length of five bytes (detected at the fourth byte), a
-  non-minimal Remaining Length [MQTT-1.5.5-1], or a packet larger than
-  ``max_packet_bytes`` (reason 0x95) -- before any of the body is buffered.
+  non-minimal Remaining Length [MQTT-1.5.5-1] (MQTT 5 only, ``minimal=True``),
+  or a packet larger than ``max_packet_bytes`` (reason 0x95) -- before any of
+  the body is buffered.
+* Minimal encoding is an MQTT 5 rule: MQTT-1.5.5-1 ("The encoded value MUST
+  use the minimum number of bytes necessary to represent the value") is in
+  section 1.5.5 of MQTT 5.0 only. MQTT 3.1.1 section 2.2.3 (Remaining Length)
+  describes the same encoding -- seven bits per byte, a continuation bit,
+  "The maximum number of bytes in the Remaining Length field is four" -- with
+  no normative statement on the minimum, and MQTT 3.1 neither: levels 3 and
+  4 decode with ``minimal=False`` and accept e.g. ``0x82 0x00`` for 2.
 * :func:`check_first_byte` validates byte 1 against the protocol level and
   the direction of flow: reserved packet types, server-only packets from a
   client (and client-only packets from a server), and the reserved flag bits
@@ -32,6 +40,7 @@ __all__ = [
     "encode_fixed_header",
     "frame",
     "frame_length",
+    "is_minimal",
     "parse_fixed_header",
 ]
 
@@ -98,15 +107,16 @@ class FixedHeader(NamedTuple):
 
 
 def parse_fixed_header(
-    buf, *, max_packet_bytes: int | None = None, from_client: bool = True
+    buf, *, max_packet_bytes: int | None = None, from_client: bool = True,
+    minimal: bool = True,
 ) -> FixedHeader | None:
     """Parse the fixed header at the start of ``buf`` (bytes-like).
 
     Returns None while the header is incomplete. Raises MalformedPacket for a
-    Remaining Length that is longer than four bytes [LG-remaining-length] or
-    not minimal [MQTT-1.5.5-1], ProtocolError 0x95 when the frame would
-    exceed ``max_packet_bytes`` [MQTT-3.2.2-15 from a client, MQTT-3.1.2-24
-    from a server]. Does not look at the packet type.
+    Remaining Length that is longer than four bytes [LG-remaining-length] or,
+    with ``minimal`` (MQTT 5), not minimal [MQTT-1.5.5-1]; ProtocolError 0x95
+    when the frame would exceed ``max_packet_bytes`` [MQTT-3.2.2-15 from a
+    client, MQTT-3.1.2-24 from a server]. Does not look at the packet type.
     """
     n = len(buf)
     if n < 2:
@@ -134,7 +144,7 @@ def parse_fixed_header(
                     packet_type=_TYPES[b0 >> 4],
                 )
             shift += 7
-        if byte == 0:
+        if byte == 0 and minimal:
             raise violation(
                 "MQTT-1.5.5-1",
                 f"Remaining Length is encoded in {i - 1} bytes, more than the minimum",
@@ -154,13 +164,16 @@ def parse_fixed_header(
 
 
 def frame_length(
-    buf, *, max_packet_bytes: int | None = None, from_client: bool = True
+    buf, *, max_packet_bytes: int | None = None, from_client: bool = True,
+    minimal: bool = True,
 ) -> int | None:
     """Total length of the first frame in ``buf`` from its fixed header, or
     None when more bytes are needed to know it. Raises as
-    :func:`parse_fixed_header` does (size limit, five-byte Remaining Length)
-    as soon as the fixed header is complete, whatever follows."""
-    fh = parse_fixed_header(buf, max_packet_bytes=max_packet_bytes, from_client=from_client)
+    :func:`parse_fixed_header` does (size limit, five-byte Remaining Length,
+    non-minimal one with ``minimal``) as soon as the fixed header is
+    complete, whatever follows."""
+    fh = parse_fixed_header(buf, max_packet_bytes=max_packet_bytes, from_client=from_client,
+                            minimal=minimal)
     return None if fh is None else fh.header_length + fh.remaining_length
 
 
@@ -222,6 +235,13 @@ def check_flags(ptype: PacketType, flags: int, level: int | None) -> None:
             f"{ptype.name} fixed-header flags are 0x{flags:X}, not 0x{required:X}",
             packet_type=ptype, protocol_level=level,
         )
+
+
+def is_minimal(fh: FixedHeader) -> bool:
+    """Whether ``fh``'s Remaining Length took the minimum number of bytes."""
+    rl = fh.remaining_length
+    return fh.header_length - 1 == (1 if rl < 128 else 2 if rl < 16384 else
+                                    3 if rl < 2097152 else 4)
 
 
 def encode_fixed_header(first_byte: int, remaining_length: int) -> bytes:

@@ -132,16 +132,19 @@ def check_topic_alias(publish: Publish, maximum: int, *, from_client: bool = Tru
                         packet_type=_PUBLISH, protocol_level=5)
 
 
-def check_payload_format(publish: Publish) -> None:
+def check_payload_format(publish, *, what: str = "PUBLISH payload",
+                         packet_type: int = _PUBLISH) -> None:
     """Session helper (optional validation the standard allows): raise
     ProtocolError [LG-payload-format-invalid] (reason 0x99) when the Payload
-    Format Indicator is 1 and the payload is not well-formed UTF-8."""
+    Format Indicator is 1 and the payload is not well-formed UTF-8.
+    ``publish``: a :class:`Publish`, or anything with ``properties`` and
+    ``payload`` (a CONNECT's ``Will``, with ``what="Will Payload"``)."""
     if publish.properties.payload_format_indicator != 1:
         return
     try:
         publish.payload.decode("utf-8")
     except UnicodeDecodeError as err:
         raise violation("LG-payload-format-invalid",
-                        f"PUBLISH payload of {len(publish.payload)} bytes is not UTF-8 "
+                        f"{what} of {len(publish.payload)} bytes is not UTF-8 "
                         f"(byte {err.start}) although Payload Format Indicator is 1",
-                        packet_type=_PUBLISH, protocol_level=5) from None
+                        packet_type=packet_type, protocol_level=5) from None

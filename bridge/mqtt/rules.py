@@ -89,6 +89,9 @@ RULES: dict[str, Rule] = {
     ),
     "MQTT-1.5.5-1": Rule(
         "A Variable Byte Integer does not use the minimum number of bytes", 0x81, _M,
+        note="MQTT 5 only. MQTT 3.1.1 section 2.2.3 encodes the Remaining Length the same way "
+        "with no minimum-bytes statement (3.1 neither): levels 3 and 4 accept a non-minimal one; "
+        "a first CONNECT is judged by its own Protocol Version",
     ),
     "MQTT-1.5.7-1": Rule(
         "A string of a UTF-8 String Pair (User Property) is not a valid UTF-8 Encoded String",
@@ -165,14 +168,21 @@ RULES: dict[str, Rule] = {
     ),
     "MQTT-3.1.2-24": Rule(
         "A packet from the Server exceeds the Maximum Packet Size", 0x95, _P,
-        note="the receiving-side mirror of MQTT-3.2.2-15 (decode with from_client=False)",
+        note="the receiving-side mirror of MQTT-3.2.2-15 (decode with from_client=False); the "
+        "edge raises it when its CONNACK would exceed the client's Maximum Packet Size and "
+        "closes without any CONNACK (0x95 would blame the CONNECT)",
     ),
     # -- CONNECT / CONNACK ----------------------------------------------------
     "MQTT-3.1.0-1": Rule(
         "The first packet on a connection is not a CONNECT", 0x82, _P,
         note="decode_packet(..., protocol_level=None) accepts only CONNECT",
     ),
-    "MQTT-3.1.0-2": Rule("A second CONNECT on the same connection", 0x82, _P, enforced="session"),
+    "MQTT-3.1.0-2": Rule(
+        "A second CONNECT on the same connection", 0x82, _P, enforced="session",
+        note="also when the codec faults it (e.g. 0x84 for its Protocol Name or Version, a "
+        "CONNACK code no DISCONNECT carries [MQTT-3.14.2-1]); the codec's error stays in the "
+        "message",
+    ),
     "MQTT-3.1.2-1": Rule(
         "The Protocol Name is not 'MQTT' (or 'MQIsdp' for MQTT 3.1)", 0x84, _P,
         note="close without CONNACK: the peer has not shown it speaks MQTT",
@@ -285,8 +295,11 @@ RULES: dict[str, Rule] = {
     "LG-payload-format-invalid": Rule(
         "Payload Format Indicator is 1 but the payload is not well-formed UTF-8", 0x99, _P,
         enforced="session",
-        note="MQTT 5.0 section 3.3.2.3.2: the receiver MAY validate; "
-        "publish.check_payload_format()",
+        note="MQTT 5.0 section 3.3.2.3.2: the receiver MAY validate "
+        "(publish.check_payload_format); the edge refuses with PUBACK/PUBREC 0x99 and keeps "
+        "the connection, captures a QoS 0 one marked (it has no acknowledgement), and "
+        "refuses a Will with CONNACK 0x99 (section 3.1.3.2.3); the job's parser applies the "
+        "same check",
     ),
     # -- acknowledgements -----------------------------------------------------
     "MQTT-3.4.2-1": Rule("The PUBACK reason code is not a PUBACK Reason Code", 0x82, _P),

@@ -301,8 +301,11 @@ def _parse_slice(arr: pa.LargeBinaryArray, level: np.ndarray, client: np.ndarray
     st = np.where(size >= 2, st, SHORT)
     P.fail(rows, HEADER_SHORT, size, v & (st == SHORT))
     P.fail(rows, RL_TOO_LONG, 0, v & (st == TOO_LONG))
-    P.fail(rows, RL_NOT_MINIMAL, 0, v & (st == NOT_MINIMAL))
-    rl_ok = st == OK
+    # MQTT-1.5.5-1 is MQTT 5's; 3.1.1 (section 2.2.3) and 3.1 accept a
+    # non-minimal Remaining Length, as the codec does
+    lax = (st == NOT_MINIMAL) & ((lv == 3) | (lv == 4))
+    P.fail(rows, RL_NOT_MINIMAL, 0, v & (st == NOT_MINIMAL) & ~lax)
+    rl_ok = (st == OK) | lax | ((st == NOT_MINIMAL) & scalar)  # the codec judges scalar rows
     total = body - s0 + rl  # frame length from the fixed header
     if max_packet_bytes is not None:
         big = v & rl_ok & (total > max_packet_bytes)

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.edge.session import Close, Limits, Session, redact_password, reject_record
+from bridge.edge.session import (
+    Capture, Close, Limits, Session, redact_password, reject_record,
+)
 from bridge.edge.state import NEVER_EXPIRES, SessionStore
 from bridge.mqtt import (
     Connack, Connect, MqttError, Properties, Publish, Subscribe, Subscription, Unsubscribe, Will,
@@ -136,6 +138,29 @@ def test_mqtt_3_1_0_2_second_connect_is_a_protocol_error(level, expect):
     assert reject_headers(h)[:2] == ("MQTT-3.1.0-2", 0x82)
 
 
+SECOND_CONNECTS = {
+    "bad protocol name [MQTT-3.1.2-1]": bytes.fromhex("100D00044D5154550502000A000170"),
+    "bad protocol level [MQTT-3.1.2-2]": bytes.fromhex("100D00044D5154540702000A000170"),
+    "malformed [MQTT-3.1.2-3]": bytes.fromhex("100E00044D5154540503000A00000170"),
+    "authentication method [MQTT-4.12.0-1]": bytes.fromhex(
+        "102300044D5154540502000A1515000B756E737570706F7274656416000474657374000170"),
+    "client id refused in 3.1 [MQTT-3.1.3-8]": connect(3, client_id="x" * 30),
+}
+
+
+@pytest.mark.parametrize("what", list(SECOND_CONNECTS))
+@pytest.mark.parametrize("level", [4, 5])
+def test_mqtt_3_1_0_2_any_second_connect_is_a_protocol_error_0x82(level, what):
+    # A second CONNECT is a Protocol Error whatever else is wrong with it:
+    # 0x84 (Unsupported Protocol Version) is a CONNACK code, not a DISCONNECT
+    # one [MQTT-3.14.2-1].
+    h = connected(level)
+    h.feed(SECOND_CONNECTS[what])
+    assert h.take() == (b"\xe0\x01\x82" if level == 5 else b"")
+    assert h.closed.startswith("[MQTT-3.1.0-2] a second CONNECT")
+    assert reject_headers(h)[:2] == ("MQTT-3.1.0-2", 0x82)
+
+
 @pytest.mark.parametrize("level", [3, 4, 5])
 def test_password_is_redacted_before_capture(level):
     h = Harness()
@@ -185,6 +210,26 @@ def test_mqtt_3_1_2_24_no_connack_fits_a_tiny_maximum_packet_size():
     h = Harness()
     h.feed(bytes.fromhex("101300044D5154540502000A052700000002000170"))
     assert h.take() == b"" and h.closed.startswith("[MQTT-3.1.2-24]")
+
+
+def test_mqtt_3_1_2_24_a_connack_too_large_for_the_client_is_never_replaced_by_a_refusal():
+    # From 5 bytes a refusing CONNACK would fit, but 0x95 (Packet too large)
+    # would say the CONNECT was too large: the edge closes without a CONNACK,
+    # and its log line (the close reason) says so, with both sizes.
+    ok = Harness()
+    ok.feed(connect(5))
+    size = len(ok.take())
+    assert size > 5
+    for limit in range(1, size):
+        h = Harness()
+        h.feed(connect(5, properties=Properties(maximum_packet_size=limit)))
+        assert h.take() == b"", limit
+        assert h.closed == (f"[MQTT-3.1.2-24] the CONNACK of {size} bytes exceeds the client's "
+                            f"Maximum Packet Size of {limit} bytes: closed without a CONNACK")
+        assert reject_headers(h)[0] == "MQTT-3.1.2-24" and not h.requests
+    h = Harness()
+    h.feed(connect(5, properties=Properties(maximum_packet_size=size)))
+    assert len(h.take()) == size and h.session.state == "connected"
 
 
 @pytest.mark.parametrize("level, expect", [(4, b"\x20\x02\x00\x04"), (3, b"\x20\x02\x00\x04"),
@@ -376,6 +421,31 @@ def test_mqtt_3_2_2_15_packet_larger_than_maximum_is_recorded_truncated():
     assert f"truncated: 1024 of {len(big)} bytes recorded" in error
 
 
+def stretch(frame: bytes) -> bytes:
+    """``frame`` (Remaining Length < 128) with its Remaining Length in two bytes."""
+    return bytes((frame[0], frame[1] | 0x80, 0)) + frame[2:]
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_non_minimal_remaining_length_is_accepted_in_3_1_and_3_1_1(level):
+    # MQTT-1.5.5-1 is MQTT 5's; MQTT 3.1.1 section 2.2.3 sets no minimum.
+    h = Harness()
+    h.feed(stretch(connect(level, username="u", password=b"pw-123")))
+    assert h.take() == CONNACK_OK and h.session.state == "connected"
+    frame, _ = h.records[0]
+    assert b"pw-123" not in frame and decode_packet(frame, None)[0].password is None
+    h.feed(stretch(publish(level, qos=1, packet_id=5)))
+    assert h.take() == b"\x40\x02\x00\x05" and h.frames()[-1] == stretch(publish(level, qos=1,
+                                                                                   packet_id=5))
+    assert "reject" not in h.headers()
+
+
+def test_mqtt_1_5_5_1_non_minimal_remaining_length_is_refused_in_5():
+    h = connected(5)
+    h.feed(stretch(publish(5, qos=1)))
+    assert h.take() == b"\xe0\x01\x81" and reject_headers(h)[0] == "MQTT-1.5.5-1"
+
+
 def test_topic_alias_is_resolved_into_the_capture_headers():
     h = connected(5, Limits(topic_alias_maximum=4))
     h.feed(publish(5, topic="long/topic/name", qos=1, packet_id=1,
@@ -406,6 +476,68 @@ def test_topic_alias_maximum_0_refuses_every_alias():
     h = connected(5, Limits(topic_alias_maximum=0))
     h.feed(publish(5, topic="t", properties=Properties(topic_alias=1)))
     assert h.take() == b"\xe0\x01\x94"
+
+
+NOT_UTF8 = Properties(payload_format_indicator=1)
+
+
+@pytest.mark.parametrize("qos, ack", [(1, 0x40), (2, 0x50)])
+def test_lg_payload_format_invalid_is_refused_with_0x99_and_captured_marked(qos, ack):
+    # MQTT 5.0 section 3.3.2.3.2: a receiver that validates the payload MAY
+    # refuse it with 0x99 Payload format invalid in PUBACK / PUBREC.
+    h = connected(5, Limits(receive_maximum=1))
+    bad = publish(5, qos=qos, packet_id=7, payload=b"ok \xff\xfe", properties=NOT_UTF8)
+    h.feed(bad)
+    assert h.take() == bytes((ack, 3, 0, 7, 0x99))
+    assert h.records[-1][0] == bad
+    rule, code, error = reject_headers(h)
+    assert (rule, code) == ("LG-payload-format-invalid", 0x99) and "5 bytes" in error
+    assert h.session.state == "connected" and h.closed is None
+    assert 7 not in h.session.client.qos2  # PUBREC >= 0x80 ends the QoS 2 exchange
+    # the refusal's ack released the Receive Maximum unit: the next one is accepted
+    h.feed(publish(5, qos=qos, packet_id=8, payload="é".encode(), properties=NOT_UTF8))
+    assert h.take() == bytes((ack, 2, 0, 8)) and "reject" not in h.headers()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_lg_payload_format_invalid_refusal_waits_for_no_forwarding(qos):
+    # The job never forwards a refused frame, so with ack_after = "forward"
+    # its PUBACK/PUBREC must wait only for durability, not a forwarded mark.
+    h = connected(5)
+    acts = h.session.receive_data(publish(5, qos=qos, payload=b"\xff", properties=NOT_UTF8), 0.0)
+    (cap,) = [a for a in acts if isinstance(a, Capture)]
+    assert cap.reply[-1] == 0x99 and cap.forward is None and cap.qos2 is None
+
+
+def test_lg_payload_format_invalid_qos0_is_captured_marked_and_the_connection_stays():
+    h = connected(5)
+    h.feed(publish(5, payload=b"\xc0\xaf", properties=NOT_UTF8) + publish(5, payload=b"next"))
+    assert h.take() == b"" and h.session.state == "connected"
+    assert reject_headers(h, -2)[:2] == ("LG-payload-format-invalid", 0x99)
+    assert "reject" not in h.headers(-1)
+
+
+def test_lg_payload_format_invalid_will_is_refused_with_connack_0x99():
+    # MQTT 5.0 section 3.1.3.2.3: the Server MAY validate the Will's format
+    # and refuse the CONNECT with 0x99 (its Will would be kept out otherwise).
+    will = Will("dev/status", b"\xff\xfe", 1, False, NOT_UTF8)
+    h = Harness()
+    h.feed(connect(5, will=will))
+    assert h.take() == b"\x20\x03\x00\x99\x00" and not h.requests
+    assert reject_headers(h)[:2] == ("LG-payload-format-invalid", 0x99)
+    assert h.closed.startswith("[LG-payload-format-invalid] Will Payload of 2 bytes")
+    ok = Harness()
+    ok.feed(connect(5, will=Will("dev/status", "bye ü".encode(), 1, False, NOT_UTF8)))
+    assert ok.session.state == "connected"
+
+
+@pytest.mark.parametrize("level, props", [(5, Properties(payload_format_indicator=0)),
+                                          (5, Properties()), (4, Properties()),
+                                          (3, Properties())])
+def test_payload_not_utf8_is_accepted_without_payload_format_indicator_1(level, props):
+    h = connected(level)
+    h.feed(publish(level, qos=1, payload=b"\xff", properties=props))
+    assert h.take() == b"\x40\x02\x00\x01" and "reject" not in h.headers()
 
 
 def test_mqtt_3_3_4_7_receive_maximum_exceeded():

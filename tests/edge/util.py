@@ -59,6 +59,8 @@ class Harness:
         self.log = log
         self.auto_accept = auto_accept
         self.records: list[tuple[bytes, list[tuple[str, bytes]]]] = []
+        #: the reply sent for each record (aligned with ``records``; None: no reply)
+        self.replies: list[bytes | None] = []
         self.sent = bytearray()
         self.closed: str | None = None
         self.wills: list[WillMessage] = []
@@ -84,6 +86,7 @@ class Harness:
                     a.captured(0, len(self.records), self._seq)
                     self._seq += 1
                 self.records.append((a.frame, headers))
+                self.replies.append(a.reply)
                 if a.reply is not None:
                     self.sent += a.reply
                     if a.quota:

@@ -21,7 +21,7 @@ CASES = [
         30 FFFFFFFF7F   # PUBLISH with a five-byte Remaining Length
         0004 4D515454   # whatever follows is never looked at
         """, M, "LG-remaining-length", 0x81, "Remaining Length continues past its fourth byte"),
-    Bad("MQTT-1.5.5-1-remaining-length-not-minimal", 4, """
+    Bad("MQTT-1.5.5-1-remaining-length-not-minimal", 5, """
         C0 8000         # PINGREQ with Remaining Length 0 in two bytes
         """, M, "MQTT-1.5.5-1", 0x81,
         "Remaining Length is encoded in 2 bytes, more than the minimum"),
@@ -93,6 +93,48 @@ def test_five_byte_remaining_length_is_detected_at_the_fourth_byte():
     with pytest.raises(MalformedPacket):
         frame_length(b"\x30\xff\xff\xff\xff")
     assert frame_length(b"\x30\xff\xff\xff") is None
+
+
+# MQTT-1.5.5-1 is MQTT 5's (section 1.5.5). MQTT 3.1.1 section 2.2.3 describes
+# the Remaining Length encoding with no minimum-bytes statement ("The maximum
+# number of bytes in the Remaining Length field is four" is its only bound),
+# and MQTT 3.1 neither: levels 3 and 4 accept a non-minimal one.
+NOT_MINIMAL_PUBLISH = b"\x30\x87\x00\x00\x03a/bhi"  # Remaining Length 7 as 0x87 0x00
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_remaining_length_not_minimal_is_accepted_in_3_1_and_3_1_1(level):
+    p, used = decode_packet(NOT_MINIMAL_PUBLISH, level)
+    assert used == 10 and (p.topic, p.payload) == ("a/b", b"hi")
+    ping, used = decode_packet(b"\xc0\x80\x80\x00", level)  # 0 in three bytes
+    assert used == 4
+    assert frame_length(NOT_MINIMAL_PUBLISH, minimal=False) == 10
+
+
+def test_mqtt_1_5_5_1_remaining_length_not_minimal_is_refused_in_5():
+    with pytest.raises(MalformedPacket) as info:
+        decode_packet(NOT_MINIMAL_PUBLISH, 5)
+    assert info.value.rule == "MQTT-1.5.5-1"
+
+
+@pytest.mark.parametrize("level, name, accepted", [(3, b"MQIsdp", True), (4, b"MQTT", True),
+                                                   (5, b"MQTT", False)])
+def test_first_connect_with_a_non_minimal_remaining_length_is_judged_by_its_level(
+        level, name, accepted):
+    body = len(name).to_bytes(2, "big") + name + bytes((level, 2, 0, 10))
+    body += b"\x00" if level == 5 else b""
+    body += b"\x00\x01c"
+    frame = bytes((0x10, len(body) | 0x80, 0x00)) + body
+    # the level is unknown until its byte arrives: a prefix is just incomplete
+    with pytest.raises(IncompleteData):
+        decode_packet(frame[:5], None)
+    if accepted:
+        p, used = decode_packet(frame, None)
+        assert used == len(frame) and p.protocol_level == level
+    else:
+        with pytest.raises(MalformedPacket) as info:
+            decode_packet(frame[:3 + 2 + len(name) + 1], None)  # judged at the level byte
+        assert (info.value.rule, info.value.protocol_level) == ("MQTT-1.5.5-1", 5)
 
 
 def test_packet_type_enum_matches_the_standard():

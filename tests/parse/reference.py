@@ -55,7 +55,7 @@ def reference_row(frame: bytes, level, alias_topic=None, from_client: bool = Tru
             out.update(_invalid(err.rule, err.reason_code))
             return out
     out.update(valid=True, rule=None, error_code=None, error=None)
-    out["remaining_length"] = parse_fixed_header(frame).remaining_length
+    out["remaining_length"] = parse_fixed_header(frame, minimal=False).remaining_length
     out["packet_id"] = getattr(packet, "packet_id", None)
     out["reason_code"] = getattr(packet, "reason_code", None)
     if isinstance(packet, Publish):

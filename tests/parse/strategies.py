@@ -104,9 +104,10 @@ def property_entry(draw, rng, preferred: list[int]) -> bytes:
 
 
 @st.composite
-def property_block(draw, rng, preferred: list[int], max_props: int = 4) -> bytes:
+def property_block(draw, rng, preferred: list[int], max_props: int = 4,
+                   first: bytes = b"") -> bytes:
     entries = draw(st.lists(property_entry(rng, preferred), max_size=max_props))
-    body = b"".join(entries)
+    body = first + b"".join(entries)
     length = encode_varint(len(body))
     r = rng.random()
     if r < 0.02:
@@ -125,7 +126,10 @@ def publish_body(draw, rng, level: int, qos: int) -> bytes:
     if qos in (1, 2, 3):
         parts.append(_U16.pack(0 if chance(rng, 0.03) else draw(st.integers(1, 65535))))
     if level == 5:
-        parts.append(draw(property_block(rng, _PUBLISH_IDS)))
+        # Payload Format Indicator 1 more often than the property draw gives
+        # it, so that payloads that are not UTF-8 meet it
+        first = b"\x01\x01" if chance(rng, 0.15) else b""
+        parts.append(draw(property_block(rng, _PUBLISH_IDS, first=first)))
     if chance(rng, 0.3):
         payload = draw(utf8_field(rng, 0.1))
     else:
@@ -178,7 +182,9 @@ def rare_frame(draw, rng, level: int) -> bytes:
             will = Will(topic=draw(_GOOD_TEXT.filter(lambda t: t and "+" not in t and "#" not in t)),
                         payload=draw(st.binary(max_size=6)), qos=draw(st.integers(0, 2)),
                         retain=draw(st.booleans()),
-                        properties=Properties(will_delay_interval=5, content_type="t")
+                        properties=Properties(
+                            will_delay_interval=5, content_type="t",
+                            payload_format_indicator=draw(st.sampled_from([None, 1])))
                         if level == 5 else Properties())
         pkt = Connect.for_level(level, client_id=draw(_GOOD_TEXT), will=will,
                                 keepalive=draw(st.integers(0, 65535)),

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from bridge.mqtt import Properties, PubAck, Publish, encode
+from bridge.mqtt import Connect, Properties, PubAck, Publish, encode
 from bridge.parse import parse_frames
 from tests.parse.reference import reference_row
 
@@ -108,6 +108,19 @@ def test_lg_remaining_length_of_five_bytes():
 def test_mqtt_1_5_5_1_remaining_length_not_minimal():
     # 0x30, Remaining Length 7 written as 0x87 0x00, then a 7-byte body
     broken(b"\x30\x87\x00" + lp(b"a/b") + b"\x00hi", "MQTT-1.5.5-1", 0x81)
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_remaining_length_not_minimal_is_valid_in_3_1_and_3_1_1(level):
+    # MQTT-1.5.5-1 is MQTT 5's; MQTT 3.1.1 section 2.2.3 (and 3.1) set no
+    # minimum on the Remaining Length's bytes, so the edge accepts these.
+    row = one(b"\x30\x87\x00" + lp(b"a/b") + b"hi", level)
+    assert row["valid"] and (row["remaining_length"], row["topic"], row["payload"]) == (
+        7, "a/b", b"hi")
+    assert one(b"\xc0\x80\x00", level)["valid"]  # PINGREQ, 0 in two bytes
+    connect = encode(Connect.for_level(level, client_id="c"), level)
+    row = one(bytes((0x10, connect[1] | 0x80, 0)) + connect[2:], None)  # first CONNECT
+    assert row["valid"] and row["connect_protocol_level"] == level
 
 
 def test_mqtt_3_2_2_15_packet_beyond_the_maximum_packet_size():
