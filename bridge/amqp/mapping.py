@@ -42,6 +42,7 @@ __all__ = [
     "Profile",
     "Rule",
     "TTL_MAX_MS",
+    "UNFORWARDABLE",
     "address_for",
     "encode_row",
     "identity",
@@ -70,6 +71,11 @@ ANN_CONTENT_TYPE = "x-opt-mqtt-content-type"
 #: An MQTT 5 Message Expiry Interval may be up to 2**32-1 *seconds*; a longer
 #: remaining lifetime leaves ``ttl`` out and goes in ``absolute-expiry-time``.
 TTL_MAX_MS = 2**32 - 1
+
+#: Rule id of a row that no AMQP message can be made of (a mapping or encoding
+#: failure, the same on every retry): the job quarantines it instead of
+#: retrying the batch for ever.
+UNFORWARDABLE = "LG-amqp-unforwardable"
 
 LINK_QOS01 = "qos01"
 LINK_QOS2 = "qos2"

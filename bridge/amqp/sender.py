@@ -44,18 +44,20 @@ import logging
 import os
 import queue
 import socket
+import struct
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
-from proton import Delivery, Handler, Link, SSLDomain, Terminus, symbol
+from proton import Delivery, Handler, Link, ProtonException, SSLDomain, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from bridge.amqp.mapping import (
     LINK_QOS2,
     PROFILES,
+    UNFORWARDABLE,
     MappingError,
     Outgoing,
     encode_row,
@@ -63,7 +65,8 @@ from bridge.amqp.mapping import (
 )
 from bridge.config import AmqpConfig
 
-__all__ = ["ForwardError", "ForwardResult", "Forwarder", "peer_url", "qos2_rcv_second"]
+__all__ = ["ENCODING_FAILURES", "ForwardError", "ForwardResult", "Forwarder", "Unforwardable", "peer_url",
+           "qos2_rcv_second"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -76,6 +79,15 @@ PERMANENT_CONDITIONS = frozenset({
     "amqp:precondition-failed",
 })
 MAX_BACKOFF_S = 30.0
+#: What mapping or encoding one row can raise. The mapping and the encoders
+#: are pure functions of the row (and the clock, for the ttl), so such a
+#: failure happens again on every retry: the row is *unforwardable*
+#: (``LG-amqp-unforwardable``), set aside and reported, never retried.
+#: Everything about the peer (refusals, time-outs, lost connections) stays
+#: transient and is retried.
+ENCODING_FAILURES = (ValueError, TypeError, OverflowError, struct.error, ProtonException)
+#: Longest error text kept for an unforwardable row.
+ERROR_CHARS = 300
 #: Mapped rows handed to the engine at a time, and the most not yet done.
 CHUNK = 1000
 WINDOW = 20000
@@ -95,6 +107,35 @@ class ForwardError(RuntimeError):
         self.key = key
 
 
+@dataclass(frozen=True)
+class Unforwardable:
+    """A row no AMQP message can be made of: where it was captured and why."""
+
+    stream: str | None
+    partition: int | None
+    offset: int | None
+    rule: str
+    error: str
+
+
+def unforwardable(row_or_out: Any, exc: BaseException, payload_size: int | None = None) -> Unforwardable:
+    """Record (and log, one line: ids and sizes) a row that cannot be forwarded."""
+    if isinstance(row_or_out, Outgoing):
+        key, part, off = row_or_out.key, row_or_out.partition, row_or_out.offset
+        stream = key.rsplit("/", 2)[0] if key.count("/") >= 2 else None
+    else:
+        row = row_or_out
+        key = f"{row.get('stream')}/{row.get('partition')}/{row.get('offset')}"
+        stream, part, off = row.get("stream"), row.get("partition"), row.get("offset")
+        p = row.get("payload")
+        payload_size = None if p is None else len(p)
+    error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    log.warning("AMQP row %s (payload %s bytes) not forwardable [%s], quarantined: %s",
+                key, "?" if payload_size is None else payload_size, UNFORWARDABLE, error)
+    return Unforwardable(stream=stream, partition=None if part is None else int(part),
+                         offset=None if off is None else int(off), rule=UNFORWARDABLE, error=error)
+
+
 @dataclass
 class ForwardResult:
     """Counts for one :meth:`Forwarder.forward` call."""
@@ -103,18 +144,22 @@ class ForwardResult:
     accepted: int = 0  # QoS 1/2 messages (and PUBRELs) the peer accepted
     qos0: int = 0  # QoS 0 messages handed to their link (not awaited)
     expired: int = 0  # not sent: the Message Expiry Interval had passed
-    unroutable: int = 0  # not sent: no topic (logged with its lakegate-id)
+    unroutable: int = 0  # not sent: no topic (logged with its lakegate-id; also unforwardable)
+    unforwardable: int = 0  # not sent: mapping or encoding failed (see ``failures``)
     transfers: int = 0  # deliveries sent, resends included
     retried: int = 0  # resends after a failed attempt
     reconnects: int = 0  # connections (re)established during the batch
     seconds: float = 0.0
+    #: the unforwardable rows (not a count: left out of :meth:`as_dict`)
+    failures: list[Unforwardable] = field(default_factory=list)
 
     def add(self, other: "ForwardResult") -> None:
-        for k, v in asdict(other).items():
-            setattr(self, k, getattr(self, k) + v)
+        for k, v in self.as_dict().items():
+            setattr(self, k, v + getattr(other, k))
+        self.failures.extend(other.failures)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "failures"}
 
 
 def peer_url(config: AmqpConfig) -> tuple[str, str | None, str | None]:
@@ -337,6 +382,8 @@ class _Engine(Handler):
             r.qos0 += 1
         elif how == "expired":
             r.expired += 1
+        elif how == "unforwardable":
+            r.unforwardable += 1
         b.pending -= 1
         b.finished += 1
         if not b.room.is_set() and b.submitted - b.finished <= WINDOW // 2:
@@ -697,7 +744,12 @@ class _Engine(Handler):
                 break
             q.popleft()
             out = item.out
-            data = wire_bytes(out, wall)
+            try:
+                data = wire_bytes(out, wall)
+            except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
+                item.batch.result.failures.append(unforwardable(out, exc))
+                self._item_done(item, "unforwardable")
+                continue
             if data is None:
                 self._item_done(item, "expired")
                 continue
@@ -929,9 +981,11 @@ class Forwarder:
                 pre.rows += 1
                 try:
                     out = encode_row(row, profile, cfg.address_template, chunk_now)
-                except MappingError as exc:
-                    pre.unroutable += 1
-                    log.warning("AMQP row not forwarded: %s", exc)
+                except ENCODING_FAILURES as exc:
+                    if isinstance(exc, MappingError):
+                        pre.unroutable += 1
+                    pre.unforwardable += 1
+                    pre.failures.append(unforwardable(row, exc))
                     continue
                 if out.expired:
                     pre.expired += 1
@@ -941,6 +995,8 @@ class Forwarder:
         result = self.forward_mapped(mapped())
         result.rows += pre.rows
         result.unroutable += pre.unroutable
+        result.unforwardable += pre.unforwardable
+        result.failures[:0] = pre.failures
         result.expired += pre.expired
         return result
 
