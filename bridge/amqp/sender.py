@@ -44,14 +44,13 @@ import logging
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
-from proton import Delivery, Handler, Link, ProtonException, SSLDomain, Terminus, symbol
+from proton import Delivery, Handler, Link, SSLDomain, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from bridge.amqp.mapping import (
@@ -79,13 +78,15 @@ PERMANENT_CONDITIONS = frozenset({
     "amqp:precondition-failed",
 })
 MAX_BACKOFF_S = 30.0
-#: What mapping or encoding one row can raise. The mapping and the encoders
-#: are pure functions of the row (and the clock, for the ttl), so such a
-#: failure happens again on every retry: the row is *unforwardable*
-#: (``LG-amqp-unforwardable``), set aside and reported, never retried.
-#: Everything about the peer (refusals, time-outs, lost connections) stays
-#: transient and is retried.
-ENCODING_FAILURES = (ValueError, TypeError, OverflowError, struct.error, ProtonException)
+#: Deterministic vs transient. Mapping and encoding a row (``encode_row``,
+#: ``wire_bytes``) are pure functions of the row and the clock: whatever they
+#: raise (struct.error, OverflowError, ValueError, proton's assertions on a
+#: negative ulong, ...) they raise again on every retry, so the row is
+#: *unforwardable* (``LG-amqp-unforwardable``): set aside and reported, never
+#: retried. Only MemoryError is not the row's fault. Everything about the peer
+#: (refusals, time-outs, lost connections) stays transient and is retried.
+ENCODING_FAILURES = (Exception,)
+NOT_THE_ROWS_FAULT = (MemoryError,)
 #: Longest error text kept for an unforwardable row.
 ERROR_CHARS = 300
 #: Mapped rows handed to the engine at a time, and the most not yet done.
@@ -747,6 +748,8 @@ class _Engine(Handler):
             try:
                 data = wire_bytes(out, wall)
             except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
+                if isinstance(exc, NOT_THE_ROWS_FAULT):
+                    raise
                 item.batch.result.failures.append(unforwardable(out, exc))
                 self._item_done(item, "unforwardable")
                 continue
@@ -982,6 +985,8 @@ class Forwarder:
                 try:
                     out = encode_row(row, profile, cfg.address_template, chunk_now)
                 except ENCODING_FAILURES as exc:
+                    if isinstance(exc, NOT_THE_ROWS_FAULT):
+                        raise
                     if isinstance(exc, MappingError):
                         pre.unroutable += 1
                     pre.unforwardable += 1

@@ -4,32 +4,10 @@ could not make a message of."""
 
 from __future__ import annotations
 
-import datetime as dt
-
-import pyarrow as pa
-
 from bridge.amqp.sender import Unforwardable
 from bridge.mqtt import Connect, Properties, Publish, encode
-from bridge.parse import parse_frames
 from bridge.tables.rows import split_batch, unforwardable_rows
-from schemas.ddl import to_arrow
-from schemas.tables import FRAME_ROW_DDL, PARSED_RENAMES
-
-FRAME_ROW_SCHEMA = to_arrow(FRAME_ROW_DDL)
-T0 = dt.datetime(2026, 11, 24, 7, 0, tzinfo=dt.timezone.utc)
-
-
-def frame_rows(records: list[dict]) -> pa.Table:
-    """Frame rows as the job builds them: capture context + the real parser's columns."""
-    parsed = parse_frames([r["frame"] for r in records], [r.get("protocol_level", 5) for r in records])
-    rows = []
-    for i, (rec, p) in enumerate(zip(records, parsed.to_pylist())):
-        row = {PARSED_RENAMES.get(k, k): v for k, v in p.items()}
-        row.update(stream="mqtt-frames", partition=0, offset=i, seq=i, receive_time=T0, receive_date=T0.date(),
-                   conn_id="c1", client_id="dev-1", protocol_level=5, origin="client", duplicate=False)
-        row.update(rec)
-        rows.append(row)
-    return pa.Table.from_pylist(rows, schema=FRAME_ROW_SCHEMA)
+from tests.tables.rows import frame_rows
 
 
 def oversize_publish_record() -> dict:
