@@ -130,9 +130,9 @@ def unforwardable(row_or_out: Any, exc: BaseException, payload_size: int | None 
         stream, part, off = row.get("stream"), row.get("partition"), row.get("offset")
         p = row.get("payload")
         payload_size = None if p is None else len(p)
-    error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-    log.warning("AMQP row %s (payload %s bytes) not forwardable [%s], quarantined: %s",
-                key, "?" if payload_size is None else payload_size, UNFORWARDABLE, error)
+    error = f"[{UNFORWARDABLE}] {type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    log.warning("AMQP row %s (payload %s bytes) not forwardable, quarantined: %s",
+                key, "?" if payload_size is None else payload_size, error)
     return Unforwardable(stream=stream, partition=None if part is None else int(part),
                          offset=None if off is None else int(off), rule=UNFORWARDABLE, error=error)
 

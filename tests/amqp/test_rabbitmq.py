@@ -127,11 +127,11 @@ def test_lg_amqp_unforwardable_row_is_set_aside_counted_logged_and_the_rest_goes
     assert (res.rows, res.accepted, res.unforwardable, res.unroutable) == (3, 2, 1, 0)
     [f] = res.failures
     assert (f.stream, f.partition, f.offset, f.rule) == ("mqtt-frames", 0, 1, "LG-amqp-unforwardable")
-    assert f.error == "AssertionError: initializing ulong with negative value"
+    assert f.error == "[LG-amqp-unforwardable] AssertionError: initializing ulong with negative value"
     assert [bytes(m.body) for m in consumer.wait(topic, 2)] == [b"before", b"after"]
     [line] = [r.getMessage() for r in caplog.records if "not forwardable" in r.getMessage()]
-    assert line == ("AMQP row mqtt-frames/0/1 (payload 14 bytes) not forwardable [LG-amqp-unforwardable], "
-                    "quarantined: AssertionError: initializing ulong with negative value")
+    assert line == ("AMQP row mqtt-frames/0/1 (payload 14 bytes) not forwardable, quarantined: "
+                    "[LG-amqp-unforwardable] AssertionError: initializing ulong with negative value")
     assert "secret-payload" not in caplog.text
     assert res.as_dict()["unforwardable"] == 1 and "failures" not in res.as_dict()  # counts only
 
@@ -147,7 +147,7 @@ def test_lg_amqp_unforwardable_at_send_time_does_not_stop_the_forwarder(consumer
     with Forwarder(make_config()) as fwd:
         res = fwd.forward_mapped(outs)
         assert (res.accepted, res.unforwardable) == (2, 1)
-        assert res.failures[0].offset == 1 and res.failures[0].error.startswith("ValueError: ")
+        assert res.failures[0].offset == 1 and res.failures[0].error.startswith("[LG-amqp-unforwardable] ValueError: ")
         again = fwd.forward([row(topic, 9, qos=1, packet_id=9, payload=b"9")])  # the engine thread lives on
     assert again.accepted == 1
     assert sorted(bytes(m.body) for m in consumer.wait(topic, 3)) == [b"0", b"2", b"9"]

@@ -148,7 +148,8 @@ def test_lg_amqp_unforwardable_rows_come_back_to_the_driver_and_the_batch_goes_o
     assert (total.rows, total.accepted, total.unforwardable) == (4, 2, 2)
     assert sorted((f.partition, f.offset, f.rule) for f in total.failures) == [
         (0, 11, "LG-amqp-unforwardable"), (1, 12, "LG-amqp-unforwardable")]
-    assert all(f.error == "AssertionError: initializing ulong with negative value" for f in total.failures)
+    assert all(f.error == "[LG-amqp-unforwardable] AssertionError: initializing ulong with negative value"
+               for f in total.failures)
     assert sorted(bytes(m.body) for m in consumer.wait(topic, 2)) == [b"a", b"d"]
     fo = ForwardedOffsets(tmp_path, "mqtt-frames")
     assert (fo.get(0), fo.get(1)) == (11, 13)

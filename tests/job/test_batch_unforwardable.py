@@ -29,7 +29,8 @@ class SinkResult:
     def __call__(self, df, batch_id, aligned=False):
         self.calls += 1
         rows = df.count()
-        fail = Unforwardable("mqtt-frames", 0, self.offset, "LG-amqp-unforwardable", "ValueError: does not fit")
+        fail = Unforwardable("mqtt-frames", 0, self.offset, "LG-amqp-unforwardable",
+                             "[LG-amqp-unforwardable] ValueError: does not fit")
         return ForwardResult(rows=rows, accepted=rows - 1, unforwardable=1, failures=[fail])
 
 
@@ -59,7 +60,7 @@ def test_lg_amqp_unforwardable_row_is_quarantined_counted_once_and_the_batch_com
     assert sink.calls == 2
     q = engine.arrow("quarantine").to_pylist()
     assert [(r["offset"], r["rule"], r["error"], r["packet_type"]) for r in q] == [
-        (1, "LG-amqp-unforwardable", "ValueError: does not fit", 3)]
+        (1, "LG-amqp-unforwardable", "[LG-amqp-unforwardable] ValueError: does not fit", 3)]
     assert engine.arrow("messages").num_rows == 3  # valid MQTT: still a message
     assert [(s.tables.quarantined, s.forward_unforwardable, s.forwarded) for s in seen] == [(1, 1, 2), (1, 1, 2)]
     assert seen[0].extra["forward"]["unforwardable"] == 1

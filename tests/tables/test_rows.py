@@ -58,10 +58,11 @@ def test_lg_amqp_unforwardable_rows_are_the_named_frames_with_their_error():
     frames = [encode(Publish(qos=1, topic=f"t/{i}", packet_id=i + 1, payload=b"p", properties=Properties()), 5)
               for i in range(4)]
     table = frame_rows([{"frame": f} for f in frames])
-    fails = [Unforwardable("mqtt-frames", 0, 2, "LG-amqp-unforwardable", "error: 'I' format requires ..."),
+    error = "[LG-amqp-unforwardable] error: 'I' format requires ..."
+    fails = [Unforwardable("mqtt-frames", 0, 2, "LG-amqp-unforwardable", error),
              Unforwardable("mqtt-frames", 1, 2, "LG-amqp-unforwardable", "other partition: not in this batch")]
     q = unforwardable_rows(table, fails).to_pylist()
     assert [(r["partition"], r["offset"], r["rule"], r["error"], r["error_code"], r["parser_rule"]) for r in q] == [
-        (0, 2, "LG-amqp-unforwardable", "error: 'I' format requires ...", None, None)]
+        (0, 2, "LG-amqp-unforwardable", error, None, None)]
     assert q[0]["frame"] == frames[2] and q[0]["frame_size"] == len(frames[2]) and q[0]["packet_type"] == 3
     assert unforwardable_rows(table, []).num_rows == 0
