@@ -18,8 +18,10 @@ a link or session the peer ended, a lost connection -- sends the message
 again after ``amqp.retry_backoff_s * 2**(n-1)`` seconds (capped at 30 s),
 up to ``amqp.max_retries`` times; then :class:`ForwardError` names the
 address and the outcome, and the batch fails (Spark runs it again from the
-checkpoint). Nothing is dropped silently: expired messages and rows with no
-topic are counted and logged.
+checkpoint). Nothing is dropped silently: expired messages are counted, and
+a row no message can be made of (no topic, a value no AMQP field holds) is
+set aside as unforwardable (:mod:`bridge.amqp.unforwardable`): counted,
+logged and returned in ``ForwardResult.failures``, never retried.
 
 Order: per link, messages go out in the order given (the sink gives capture
 order); a message sent again goes out before anything not yet sent on its
@@ -56,16 +58,15 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 from bridge.amqp.mapping import (
     LINK_QOS2,
     PROFILES,
-    UNFORWARDABLE,
     MappingError,
     Outgoing,
     encode_row,
     wire_bytes,
 )
+from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, Unforwardable, unforwardable
 from bridge.config import AmqpConfig
 
-__all__ = ["ENCODING_FAILURES", "ForwardError", "ForwardResult", "Forwarder", "Unforwardable", "peer_url",
-           "qos2_rcv_second"]
+__all__ = ["ForwardError", "ForwardResult", "Forwarder", "Unforwardable", "peer_url", "qos2_rcv_second"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -78,17 +79,6 @@ PERMANENT_CONDITIONS = frozenset({
     "amqp:precondition-failed",
 })
 MAX_BACKOFF_S = 30.0
-#: Deterministic vs transient. Mapping and encoding a row (``encode_row``,
-#: ``wire_bytes``) are pure functions of the row and the clock: whatever they
-#: raise (struct.error, OverflowError, ValueError, proton's assertions on a
-#: negative ulong, ...) they raise again on every retry, so the row is
-#: *unforwardable* (``LG-amqp-unforwardable``): set aside and reported, never
-#: retried. Only MemoryError is not the row's fault. Everything about the peer
-#: (refusals, time-outs, lost connections) stays transient and is retried.
-ENCODING_FAILURES = (Exception,)
-NOT_THE_ROWS_FAULT = (MemoryError,)
-#: Longest error text kept for an unforwardable row.
-ERROR_CHARS = 300
 #: Mapped rows handed to the engine at a time, and the most not yet done.
 CHUNK = 1000
 WINDOW = 20000
@@ -106,35 +96,6 @@ class ForwardError(RuntimeError):
         self.outcome = outcome
         self.attempts = attempts
         self.key = key
-
-
-@dataclass(frozen=True)
-class Unforwardable:
-    """A row no AMQP message can be made of: where it was captured and why."""
-
-    stream: str | None
-    partition: int | None
-    offset: int | None
-    rule: str
-    error: str
-
-
-def unforwardable(row_or_out: Any, exc: BaseException, payload_size: int | None = None) -> Unforwardable:
-    """Record (and log, one line: ids and sizes) a row that cannot be forwarded."""
-    if isinstance(row_or_out, Outgoing):
-        key, part, off = row_or_out.key, row_or_out.partition, row_or_out.offset
-        stream = key.rsplit("/", 2)[0] if key.count("/") >= 2 else None
-    else:
-        row = row_or_out
-        key = f"{row.get('stream')}/{row.get('partition')}/{row.get('offset')}"
-        stream, part, off = row.get("stream"), row.get("partition"), row.get("offset")
-        p = row.get("payload")
-        payload_size = None if p is None else len(p)
-    error = f"[{UNFORWARDABLE}] {type(exc).__name__}: {exc}"[:ERROR_CHARS]
-    log.warning("AMQP row %s (payload %s bytes) not forwardable, quarantined: %s",
-                key, "?" if payload_size is None else payload_size, error)
-    return Unforwardable(stream=stream, partition=None if part is None else int(part),
-                         offset=None if off is None else int(off), rule=UNFORWARDABLE, error=error)
 
 
 @dataclass

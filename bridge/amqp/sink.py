@@ -151,7 +151,8 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
     two, which is most of a small batch's forwarding time. Otherwise they
     are repartitioned by capture partition and sorted by offset first.
     """
-    from bridge.amqp.sender import ForwardResult, Unforwardable
+    from bridge.amqp.sender import ForwardResult
+    from bridge.amqp.unforwardable import Unforwardable
 
     total = ForwardResult()
     if not config.amqp.url:

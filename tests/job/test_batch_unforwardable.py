@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.amqp.sender import ForwardResult, Unforwardable
+from bridge.amqp.sender import ForwardResult
+from bridge.amqp.unforwardable import Unforwardable
 from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.job.batch import BatchStep

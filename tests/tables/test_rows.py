@@ -4,7 +4,7 @@ could not make a message of."""
 
 from __future__ import annotations
 
-from bridge.amqp.sender import Unforwardable
+from bridge.amqp.unforwardable import Unforwardable
 from bridge.mqtt import Connect, Properties, Publish, encode
 from bridge.tables.rows import split_batch, unforwardable_rows
 from tests.tables.rows import frame_rows
