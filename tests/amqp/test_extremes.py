@@ -88,7 +88,7 @@ def build(spec: dict[str, Any], topic: str) -> tuple[Publish, str]:
     pfi = spec.get("payload_format_indicator")
     payload = spec.get("payload", b"\xff\x00binary")
     if pfi == 1:
-        payload = "text ü".encode()  # a Payload Format Indicator of 1 says UTF-8 [MQTT-3.3.2-4 area]
+        payload = "text ü".encode()  # a Payload Format Indicator of 1 says UTF-8 [LG-payload-format-invalid]
     props = {k: spec[k] for k in PROPERTY_NAMES if k in spec}
     origin = "tap" if props.get("subscription_identifiers") else "client"
     pub = Publish(qos=qos, topic=topic, packet_id=spec.get("packet_id", 1) if qos else None, payload=payload,
