@@ -64,12 +64,20 @@ RETAINED_DDL = (
 )
 
 #: Frames that broke a rule: the raw frame, where it was captured, and why.
+#: ``rule``/``error``/``error_code``: the edge's rule when the edge rejected
+#: the frame (what the client was disconnected or refused for), else the
+#: parser's. ``parser_rule``/``parser_error``: what the parser found in the
+#: recorded bytes (null when it found nothing); for an edge rejection this is
+#: often ``LG-truncated``, since a rejected frame may be recorded cut short.
+#: The last two columns were added later: ``TableEngine.ensure`` adds them
+#: to an existing table (old rows read null).
 QUARANTINE_DDL = (
     "stream STRING, partition INT, offset BIGINT, seq BIGINT, "
     "receive_time TIMESTAMP, receive_date DATE, "
     "conn_id STRING, client_id STRING, protocol_level INT, origin STRING, "
     "packet_type INT, rule STRING, error STRING, error_code INT, "
-    "frame BINARY, frame_size INT"
+    "frame BINARY, frame_size INT, "
+    "parser_rule STRING, parser_error STRING"
 )
 
 TABLES = {"messages": MESSAGES_DDL, "retained": RETAINED_DDL, "quarantine": QUARANTINE_DDL}

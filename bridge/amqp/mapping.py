@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from proton import Message, int32, symbol, ubyte, ulong
+from proton import Message, int32, symbol, timestamp, ubyte, ulong
 
 __all__ = [
     "ANN_CONTENT_TYPE",
@@ -41,6 +41,8 @@ __all__ = [
     "PROFILES",
     "Profile",
     "Rule",
+    "TTL_MAX_MS",
+    "UNFORWARDABLE",
     "address_for",
     "encode_row",
     "identity",
@@ -64,6 +66,16 @@ ANN_PAYLOAD_FORMAT = "x-opt-mqtt-payload-format-indicator"
 #: Message annotation for a Content Type that is not ASCII (AMQP's
 #: content-type is a symbol, which is ASCII only).
 ANN_CONTENT_TYPE = "x-opt-mqtt-content-type"
+
+#: The longest header ``ttl``: an AMQP uint of milliseconds (about 49.7 days).
+#: An MQTT 5 Message Expiry Interval may be up to 2**32-1 *seconds*; a longer
+#: remaining lifetime leaves ``ttl`` out and goes in ``absolute-expiry-time``.
+TTL_MAX_MS = 2**32 - 1
+
+#: Rule id of a row that no AMQP message can be made of (a mapping or encoding
+#: failure, the same on every retry): the job quarantines it instead of
+#: retrying the batch for ever.
+UNFORWARDABLE = "LG-amqp-unforwardable"
 
 LINK_QOS01 = "qos01"
 LINK_QOS2 = "qos2"
@@ -141,7 +153,13 @@ def _delivery_count(row: Mapping[str, Any], ctx: Ctx) -> Any:
 def _ttl_ms(row: Mapping[str, Any], ctx: Ctx) -> Any:
     if ctx.expires_at is None:
         return None
-    return remaining_ms(ctx.expires_at, ctx.now)
+    return header_ttl(ctx.expires_at, ctx.now)
+
+
+def _absolute_expiry(row: Mapping[str, Any], ctx: Ctx) -> Any:
+    if ctx.expires_at is None or remaining_ms(ctx.expires_at, ctx.now) <= TTL_MAX_MS:
+        return None
+    return timestamp(math.floor(ctx.expires_at * 1000.0))
 
 
 def _retain(row: Mapping[str, Any], ctx: Ctx) -> Any:
@@ -219,7 +237,10 @@ def _publish_rules(subject: bool, retain_ann: str, qos_ann: str) -> tuple[Rule, 
         Rule(ANNOTATIONS, ANN_CONTENT_TYPE, _content_type_ann, "Content Type, when it is not ASCII (string)", "MQTT 5 Content Type"),
         Rule(PROPERTIES, "correlation-id", _correlation, "Correlation Data (binary)", "MQTT 5 Correlation Data"),
         Rule(PROPERTIES, "reply-to", _reply_to, "address of the Response Topic (through `amqp.address_template`)", "MQTT 5 Response Topic"),
-        Rule(HEADER, "ttl", _ttl_ms, "remaining lifetime at send time, in ms; an expired message is not sent (counted)", "MQTT 5 Message Expiry Interval"),
+        Rule(HEADER, "ttl", _ttl_ms, "remaining lifetime at send time, in ms; an expired message is not sent (counted); "
+             "left out when more than 2^32-1 ms (49.7 days) remain", "MQTT 5 Message Expiry Interval"),
+        Rule(PROPERTIES, "absolute-expiry-time", _absolute_expiry, "expiry instant (timestamp, ms), only when the "
+             "remaining lifetime exceeds what `ttl` holds", "MQTT 5 Message Expiry Interval"),
         Rule(APP_PROPERTIES, "<key>", _user_props, "first value of each User Property key, in order", "MQTT 5 User Property"),
         Rule(ANNOTATIONS, ANN_USER_PROPERTIES, _user_props_ann, "all User Properties, ordered [[key, value], ...], when a key repeats", "MQTT 5 User Property"),
         Rule(ANNOTATIONS, ANN_PAYLOAD_FORMAT, _payload_format, "Payload Format Indicator (ubyte 0 or 1)", "MQTT 5 Payload Format Indicator"),
@@ -317,6 +338,14 @@ def remaining_ms(expires_at: float, now: float) -> int:
     return math.floor((expires_at - now) * 1000.0)
 
 
+def header_ttl(expires_at: float, now: float) -> int | None:
+    """The header ``ttl`` at ``now``: the remaining milliseconds, or None when
+    they exceed :data:`TTL_MAX_MS` (then ``absolute-expiry-time`` carries the
+    expiry; it was set at mapping time, when even more remained)."""
+    ms = remaining_ms(expires_at, now)
+    return None if ms > TTL_MAX_MS else ms
+
+
 def _epoch(value: Any) -> float | None:
     if value is None:
         return None
@@ -343,6 +372,11 @@ def expires_at(row: Mapping[str, Any], now: float) -> float | None:
 def set_ttl(msg: Message, ms: int) -> None:
     """Header ttl in whole milliseconds (proton's setter takes float seconds)."""
     msg.ttl = (ms + 0.5) / 1000.0
+
+
+def set_expiry_time(msg: Message, ms: int) -> None:
+    """Properties absolute-expiry-time in epoch milliseconds (proton's setter takes float seconds)."""
+    msg.expiry_time = (ms + 0.5) / 1000.0
 
 
 # --------------------------------------------------------------- the mapping
@@ -381,6 +415,7 @@ _SETTERS: dict[tuple[str, str], Callable[[Message, Any], None]] = {
     (PROPERTIES, "content-type"): lambda m, v: setattr(m, "content_type", v),
     (PROPERTIES, "correlation-id"): lambda m, v: setattr(m, "correlation_id", v),
     (PROPERTIES, "reply-to"): lambda m, v: setattr(m, "reply_to", v),
+    (PROPERTIES, "absolute-expiry-time"): lambda m, v: set_expiry_time(m, int(v)),
 }
 
 
@@ -507,9 +542,9 @@ def wire_bytes(out: Outgoing, now: float) -> bytes | None:
     the ttl then remaining; None when it has expired since it was mapped."""
     ttl = None
     if out.expires_at is not None:
-        ttl = remaining_ms(out.expires_at, now)
-        if ttl <= 0:
+        if remaining_ms(out.expires_at, now) <= 0:
             return None
+        ttl = header_ttl(out.expires_at, now)
     if out.tail is not None:
         from bridge.amqp.wire import encode_header
 

@@ -18,8 +18,10 @@ a link or session the peer ended, a lost connection -- sends the message
 again after ``amqp.retry_backoff_s * 2**(n-1)`` seconds (capped at 30 s),
 up to ``amqp.max_retries`` times; then :class:`ForwardError` names the
 address and the outcome, and the batch fails (Spark runs it again from the
-checkpoint). Nothing is dropped silently: expired messages and rows with no
-topic are counted and logged.
+checkpoint). Nothing is dropped silently: expired messages are counted, and
+a row no message can be made of (no topic, a value no AMQP field holds) is
+set aside as unforwardable (:mod:`bridge.amqp.unforwardable`): counted,
+logged and returned in ``ForwardResult.failures``, never retried.
 
 Order: per link, messages go out in the order given (the sink gives capture
 order); a message sent again goes out before anything not yet sent on its
@@ -46,7 +48,7 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
@@ -61,9 +63,10 @@ from bridge.amqp.mapping import (
     encode_row,
     wire_bytes,
 )
+from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, Unforwardable, unforwardable
 from bridge.config import AmqpConfig
 
-__all__ = ["ForwardError", "ForwardResult", "Forwarder", "peer_url", "qos2_rcv_second"]
+__all__ = ["ForwardError", "ForwardResult", "Forwarder", "Unforwardable", "peer_url", "qos2_rcv_second"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -103,18 +106,22 @@ class ForwardResult:
     accepted: int = 0  # QoS 1/2 messages (and PUBRELs) the peer accepted
     qos0: int = 0  # QoS 0 messages handed to their link (not awaited)
     expired: int = 0  # not sent: the Message Expiry Interval had passed
-    unroutable: int = 0  # not sent: no topic (logged with its lakegate-id)
+    unroutable: int = 0  # not sent: no topic (logged with its lakegate-id; also unforwardable)
+    unforwardable: int = 0  # not sent: mapping or encoding failed (see ``failures``)
     transfers: int = 0  # deliveries sent, resends included
     retried: int = 0  # resends after a failed attempt
     reconnects: int = 0  # connections (re)established during the batch
     seconds: float = 0.0
+    #: the unforwardable rows (not a count: left out of :meth:`as_dict`)
+    failures: list[Unforwardable] = field(default_factory=list)
 
     def add(self, other: "ForwardResult") -> None:
-        for k, v in asdict(other).items():
-            setattr(self, k, getattr(self, k) + v)
+        for k, v in self.as_dict().items():
+            setattr(self, k, v + getattr(other, k))
+        self.failures.extend(other.failures)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "failures"}
 
 
 def peer_url(config: AmqpConfig) -> tuple[str, str | None, str | None]:
@@ -337,6 +344,8 @@ class _Engine(Handler):
             r.qos0 += 1
         elif how == "expired":
             r.expired += 1
+        elif how == "unforwardable":
+            r.unforwardable += 1
         b.pending -= 1
         b.finished += 1
         if not b.room.is_set() and b.submitted - b.finished <= WINDOW // 2:
@@ -697,7 +706,14 @@ class _Engine(Handler):
                 break
             q.popleft()
             out = item.out
-            data = wire_bytes(out, wall)
+            try:
+                data = wire_bytes(out, wall)
+            except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
+                if isinstance(exc, NOT_THE_ROWS_FAULT):
+                    raise
+                item.batch.result.failures.append(unforwardable(out, exc))
+                self._item_done(item, "unforwardable")
+                continue
             if data is None:
                 self._item_done(item, "expired")
                 continue
@@ -929,9 +945,13 @@ class Forwarder:
                 pre.rows += 1
                 try:
                     out = encode_row(row, profile, cfg.address_template, chunk_now)
-                except MappingError as exc:
-                    pre.unroutable += 1
-                    log.warning("AMQP row not forwarded: %s", exc)
+                except ENCODING_FAILURES as exc:
+                    if isinstance(exc, NOT_THE_ROWS_FAULT):
+                        raise
+                    if isinstance(exc, MappingError):
+                        pre.unroutable += 1
+                    pre.unforwardable += 1
+                    pre.failures.append(unforwardable(row, exc))
                     continue
                 if out.expired:
                     pre.expired += 1
@@ -941,6 +961,8 @@ class Forwarder:
         result = self.forward_mapped(mapped())
         result.rows += pre.rows
         result.unroutable += pre.unroutable
+        result.unforwardable += pre.unforwardable
+        result.failures[:0] = pre.failures
         result.expired += pre.expired
         return result
 

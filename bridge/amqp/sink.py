@@ -12,7 +12,10 @@ Each task returns one row of counts; the driver logs the totals. A task
 whose messages cannot be delivered raises
 :class:`~bridge.amqp.sender.ForwardError`, which fails the batch; Spark runs
 it again from the checkpoint (messages already accepted are sent again: the
-``lakegate-id`` application property lets a consumer drop them).
+``lakegate-id`` application property lets a consumer drop them). A row that
+no message can be made of (``LG-amqp-unforwardable``: the mapping or the
+encoding fails, as it would on every retry) does not fail the batch: the
+task returns it in ``failures`` and the batch step quarantines it.
 
 After a task succeeds it records, per capture partition, the highest
 forwarded offset (:class:`~bridge.amqp.forwarded.ForwardedOffsets`): the
@@ -40,10 +43,12 @@ log = logging.getLogger("bridge.amqp")
 #: One row per task: what it forwarded.
 COUNTS_DDL = (
     "task INT, partitions ARRAY<INT>, rows BIGINT, accepted BIGINT, qos0 BIGINT, "
-    "expired BIGINT, unroutable BIGINT, transfers BIGINT, retried BIGINT, reconnects BIGINT, "
-    "seconds DOUBLE"
+    "expired BIGINT, unroutable BIGINT, unforwardable BIGINT, transfers BIGINT, retried BIGINT, "
+    "reconnects BIGINT, seconds DOUBLE, "
+    "failures ARRAY<STRUCT<stream: STRING, partition: INT, offset: BIGINT, rule: STRING, error: STRING>>"
 )
-_COUNT_FIELDS = ("rows", "accepted", "qos0", "expired", "unroutable", "transfers", "retried", "reconnects", "seconds")
+_COUNT_FIELDS = ("rows", "accepted", "qos0", "expired", "unroutable", "unforwardable", "transfers", "retried",
+                 "reconnects", "seconds")
 
 _forwarders: dict[tuple, "Forwarder"] = {}
 _forwarders_lock = threading.Lock()
@@ -127,6 +132,7 @@ def _forward_arrow(batches: Iterator[Any], amqp: AmqpConfig, data_dir: str | Non
     ctx = TaskContext.get()
     out = {"task": ctx.partitionId() if ctx is not None else 0, "partitions": sorted(partitions)}
     out.update({k: getattr(result, k) for k in _COUNT_FIELDS})
+    out["failures"] = [dataclasses.asdict(f) for f in result.failures]
     yield pa.RecordBatch.from_pylist([out], schema=to_arrow(COUNTS_DDL))
 
 
@@ -146,6 +152,7 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
     are repartitioned by capture partition and sorted by offset first.
     """
     from bridge.amqp.sender import ForwardResult
+    from bridge.amqp.unforwardable import Unforwardable
 
     total = ForwardResult()
     if not config.amqp.url:
@@ -163,10 +170,11 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
             if k != "seconds":
                 setattr(total, k, getattr(total, k) + (t[k] or 0))
         total.seconds = max(total.seconds, t["seconds"] or 0.0)
+        total.failures.extend(Unforwardable(**f.asDict()) for f in t["failures"] or ())
     log.info(
         "AMQP batch %s: %d rows in %d tasks: %d accepted, %d QoS 0 sent, %d expired, %d unroutable, "
-        "%d retried, %d reconnects (slowest task %.2fs)",
+        "%d unforwardable, %d retried, %d reconnects (slowest task %.2fs)",
         batch_id, total.rows, sum(1 for t in tasks if t["rows"]), total.accepted, total.qos0, total.expired,
-        total.unroutable, total.retried, total.reconnects, total.seconds,
+        total.unroutable, total.unforwardable, total.retried, total.reconnects, total.seconds,
     )
     return total

@@ -11,7 +11,7 @@ compares it, field by field, with ``map_row``'s message, for both profiles
 and every rule.
 
 AMQP 1.0 types written (OASIS AMQP 1.0, part 1): null, boolean, ubyte, uint,
-int, ulong, binary, string, symbol, list, map; sections (part 3.2): header
+int, ulong, timestamp, binary, string, symbol, list, map; sections (part 3.2): header
 0x70, message-annotations 0x72, properties 0x73, application-properties
 0x74, data 0x75.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Mapping
 
-from proton import int32, symbol, ubyte, ulong
+from proton import int32, symbol, timestamp, ubyte, ulong
 
 __all__ = ["encode_header", "encode_value", "encode_tail"]
 
@@ -34,6 +34,7 @@ _DATA = b"\x00\x53\x75"
 _pack_I = struct.Struct(">I").pack
 _pack_i = struct.Struct(">i").pack
 _pack_Q = struct.Struct(">Q").pack
+_pack_q = struct.Struct(">q").pack
 
 
 def _variable(small: int, large: int, raw: bytes) -> bytes:
@@ -69,11 +70,15 @@ def encode_value(v: Any) -> bytes:
         if v == 0:
             return b"\x44"
         return b"\x53" + bytes((v,)) if v <= 255 else b"\x80" + _pack_Q(v)
+    if t is timestamp:  # ms since the Unix epoch, 64-bit signed
+        return b"\x83" + _pack_q(v)
     if t is ubyte:
         return bytes((0x50, v))
     if t is int32:
         return b"\x54" + struct.pack(">b", v) if -128 <= v <= 127 else b"\x71" + _pack_i(v)
     if t is int:  # plain ints the mapping uses are unsigned (ttl, delivery-count)
+        if not 0 <= v <= 0xFFFFFFFF:
+            raise ValueError(f"{v} does not fit an AMQP uint")
         if v == 0:
             return b"\x43"
         return b"\x52" + bytes((v,)) if v <= 255 else b"\x70" + _pack_I(v)
@@ -103,7 +108,8 @@ def encode_header(durable: bool, ttl_ms: int | None, delivery_count: int) -> byt
     ])
 
 
-_PROPERTY_INDEX = {"message-id": 0, "to": 2, "subject": 3, "reply-to": 4, "correlation-id": 5, "content-type": 6}
+_PROPERTY_INDEX = {"message-id": 0, "to": 2, "subject": 3, "reply-to": 4, "correlation-id": 5, "content-type": 6,
+                   "absolute-expiry-time": 8}
 
 
 def encode_tail(annotations: dict, properties: dict[str, Any], app_properties: dict, body: bytes | None) -> bytes:
@@ -112,7 +118,7 @@ def encode_tail(annotations: dict, properties: dict[str, Any], app_properties: d
     if annotations:
         out.append(_ANNOTATIONS + encode_value(annotations))
     if properties:
-        fields: list[Any] = [None] * 7
+        fields: list[Any] = [None] * 9
         for name, value in properties.items():
             fields[_PROPERTY_INDEX[name]] = value
         out.append(_PROPERTIES + _fields(fields))

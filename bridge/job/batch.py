@@ -12,7 +12,10 @@ Order and failure semantics:
 2. AMQP forwarding of every valid PUBLISH (edge-marked QoS 2 duplicates left
    out) and every PUBREL, at least once, each message carrying its capture
    coordinates as a stable identity; a failure fails the batch and Spark
-   re-runs it from the checkpoint (tables skip, forwarding sends again);
+   re-runs it from the checkpoint (tables skip, forwarding sends again).
+   A row no AMQP message can be made of (``LG-amqp-unforwardable``: the
+   mapping or encoding fails, deterministically) is not retried: it is
+   quarantined with its error, counted and logged, and the batch goes on;
 3. table maintenance when ``tables.compact_interval_s`` has passed.
 
 Stopping: when the ``stop`` event the step was given is set, a batch that is
@@ -23,6 +26,7 @@ so a stopping job never leaves half a batch behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from bridge.config import Config
 from bridge.tables.engine import TableEngine
 from bridge.tables.maintenance import run_maintenance
-from bridge.tables.writer import TableStats, write_tables
+from bridge.tables.writer import TableStats, write_tables, write_unforwardable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -62,6 +66,7 @@ class BatchStats:
     tables: TableStats | None = None
     forwarded: int = 0
     forward_expired: int = 0
+    forward_unforwardable: int = 0  # quarantined as LG-amqp-unforwardable (in tables.quarantined too)
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -183,10 +188,17 @@ class BatchStep:
                         fwd = self.forward(select_forward(frames), batch_id, aligned=aligned)
                         counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
                     else:
-                        counts = {}
+                        fwd, counts = None, {}
                     stats.forwarded = int(counts.get("accepted", 0)) + int(counts.get("qos0", 0))
                     stats.forward_expired = int(counts.get("expired", 0))
                     stats.extra["forward"] = counts
+                    failures = getattr(fwd, "failures", None)
+                    if failures:
+                        n = write_unforwardable(self.engine, table, failures, self.app_id, batch_id)
+                        stats.forward_unforwardable = n
+                        stats.tables = dataclasses.replace(stats.tables, quarantined=stats.tables.quarantined + n)
+                        log.warning("batch %d: %d rows not forwardable, quarantined (LG-amqp-unforwardable)",
+                                    batch_id, n)
                     self._mark_processed(table)
                     stats.extra["timing_s"]["forward"] = round(time.monotonic() - t3, 3)
                 log.debug("batch %d timing: %s", batch_id, stats.extra.get("timing_s"))

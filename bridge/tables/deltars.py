@@ -16,7 +16,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from bridge.tables.engine import PARTITION_BY, SCHEMAS, AsOfError, Commit, MergeResult, TableEngine, one_line
+from bridge.tables.engine import (PARTITION_BY, SCHEMAS, AsOfError, Commit, MergeResult, TableEngine, conform,
+                                   one_line)
 from schemas.ddl import to_spark
 from schemas.tables import TABLES
 
@@ -44,6 +45,20 @@ class DeltaRsEngine(TableEngine):
                 DeltaTable.create(str(p), schema=SCHEMAS[table], partition_by=PARTITION_BY[table] or None,
                                   mode="ignore", name=table)
                 log.info("tables: created %s at %s", table, p)
+            else:
+                self._add_missing_columns(table)
+
+    def _add_missing_columns(self, table: str) -> None:
+        """Schema evolution: add the columns a table made by an older lakegate
+        lacks (nullable; its old rows read null). Columns are only ever added."""
+        from deltalake.schema import Field
+
+        dtable = DeltaTable(str(self.path(table)))
+        have = {f.name for f in dtable.schema().fields}
+        missing = [f for f in SCHEMAS[table] if f.name not in have]
+        if missing:
+            dtable.alter.add_columns([Field.from_arrow(f) for f in missing])
+            log.info("tables: %s: added columns %s", table, ", ".join(f.name for f in missing))
 
     def _table(self, table: str) -> DeltaTable:
         try:
@@ -126,14 +141,14 @@ class DeltaRsEngine(TableEngine):
 
     def arrow(self, table: str, as_of: int | str | None = None) -> pa.Table:
         """The table as Arrow (driver memory; for tests and small tables)."""
-        return self._at(table, as_of).to_pyarrow_table().cast(SCHEMAS[table])
+        return conform(self._at(table, as_of).to_pyarrow_table(), SCHEMAS[table])
 
     def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":
         dtable = self._at(table, as_of)
         schema = to_spark(TABLES[table])
         features = set(getattr(dtable.protocol(), "reader_features", None) or [])
         if "deletionVectors" in features:
-            return spark.createDataFrame(dtable.to_pyarrow_table().cast(SCHEMAS[table]), schema)
+            return spark.createDataFrame(conform(dtable.to_pyarrow_table(), SCHEMAS[table]), schema)
         files = dtable.file_uris()
         if not files:
             return spark.createDataFrame([], schema)

@@ -60,6 +60,18 @@ class DeltaSparkEngine(TableEngine):
                     builder = builder.partitionedBy(*PARTITION_BY[table])
                 builder.execute()
                 log.info("tables: created %s at %s (delta-spark)", table, p)
+            else:
+                self._add_missing_columns(table, p)
+
+    def _add_missing_columns(self, table: str, p: str) -> None:
+        """Schema evolution: add the columns a table made by an older lakegate
+        lacks (nullable; old rows read null). Columns are only ever added."""
+        have = set(self.spark.read.format("delta").load(p).columns)
+        missing = [f for f in to_spark(TABLES[table]).fields if f.name not in have]
+        if missing:
+            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            self.spark.sql(f"ALTER TABLE delta.`{p}` ADD COLUMNS ({cols})")
+            log.info("tables: %s: added columns %s (delta-spark)", table, ", ".join(f.name for f in missing))
 
     def committed_version(self, table: str, app_id: str) -> int | None:
         from deltalake import DeltaTable as RsTable

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from bridge.config import Config
 
-__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TableEngine", "VersionRange", "failure_line", "make_engine",
+__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TableEngine", "VersionRange", "conform", "failure_line",
+           "make_engine",
            "one_line", "parse_as_of_time", "PARTITION_BY", "SCHEMAS"]
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,13 @@ PARTITION_BY: dict[str, list[str]] = {"messages": MESSAGES_PARTITION_BY, "retain
 
 class AsOfError(ValueError):
     """A time-travel version or timestamp that the table does not have (one line)."""
+
+
+def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` in ``schema``: a column it lacks (a version written before the
+    column was added) reads null; columns in the schema's order, cast."""
+    cols = [rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
 
 
 def one_line(exc: BaseException) -> str:

@@ -16,9 +16,9 @@ import pyarrow as pa
 from bridge.failpoints import failpoint
 from bridge.tables.engine import TableEngine
 from bridge.tables.retained_rule import retained_changes
-from bridge.tables.rows import split_batch
+from bridge.tables.rows import split_batch, unforwardable_rows
 
-__all__ = ["TableStats", "write_tables"]
+__all__ = ["TableStats", "write_tables", "write_unforwardable"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,13 @@ def write_tables(engine: TableEngine, frames: pa.Table, app_id: str, batch_id: i
         retained_deletes=merged.deletes,
         skipped_tables=tuple(skipped),
     )
+
+
+def write_unforwardable(engine: TableEngine, frames: pa.Table, failures, app_id: str, batch_id: int) -> int:
+    """Quarantine the rows forwarding set aside as unforwardable (after the
+    forwarding step, so under an app id of its own: ``<app_id>/unforwardable``,
+    version = batch id; a re-run batch writes them once). Returns how many."""
+    rows = unforwardable_rows(frames, failures)
+    if rows.num_rows:
+        engine.append("quarantine", rows, f"{app_id}/unforwardable", batch_id)
+    return rows.num_rows

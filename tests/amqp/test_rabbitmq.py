@@ -107,6 +107,52 @@ def test_expired_message_is_not_sent_and_is_counted(consumer, make_config):
     assert bytes(m.body) == b"live"
 
 
+def test_message_expiry_interval_beyond_ttl_range_arrives_with_absolute_expiry_time(consumer, make_config):
+    topic = consumer.topic("long-expiry")
+    now = time.time()
+    with Forwarder(make_config()) as fwd:  # raised struct.error on every retry before
+        res = fwd.forward([row(topic, 0, qos=1, packet_id=1, message_expiry_interval=2**32 - 1, receive_time=now)])
+    assert (res.accepted, res.unforwardable) == (1, 0)
+    [m] = consumer.wait(topic, 1)
+    assert m.expiry_time == pytest.approx(now + 2**32 - 1, abs=0.01)
+
+
+def test_lg_amqp_unforwardable_row_is_set_aside_counted_logged_and_the_rest_goes(consumer, make_config, caplog):
+    topic = consumer.topic("unforwardable")
+    rows = [row(topic, 0, qos=1, packet_id=1, payload=b"before"),
+            row(topic, 1, qos=1, packet_id=-1, payload=b"secret-payload"),  # no ulong message-id: fails every time
+            row(topic, 2, qos=1, packet_id=2, payload=b"after")]
+    with caplog.at_level(logging.WARNING, logger="bridge.amqp"), Forwarder(make_config()) as fwd:
+        res = fwd.forward(rows)
+    assert (res.rows, res.accepted, res.unforwardable, res.unroutable) == (3, 2, 1, 0)
+    [f] = res.failures
+    assert (f.stream, f.partition, f.offset, f.rule) == ("mqtt-frames", 0, 1, "LG-amqp-unforwardable")
+    assert f.error == "[LG-amqp-unforwardable] AssertionError: initializing ulong with negative value"
+    assert [bytes(m.body) for m in consumer.wait(topic, 2)] == [b"before", b"after"]
+    [line] = [r.getMessage() for r in caplog.records if "not forwardable" in r.getMessage()]
+    assert line == ("AMQP row mqtt-frames/0/1 (payload 14 bytes) not forwardable, quarantined: "
+                    "[LG-amqp-unforwardable] AssertionError: initializing ulong with negative value")
+    assert "secret-payload" not in caplog.text
+    assert res.as_dict()["unforwardable"] == 1 and "failures" not in res.as_dict()  # counts only
+
+
+def test_lg_amqp_unforwardable_at_send_time_does_not_stop_the_forwarder(consumer, make_config):
+    from bridge.amqp.mapping import encode_row
+
+    topic = consumer.topic("unforwardable-send")
+    now = time.time()
+    outs = [encode_row(row(topic, i, qos=1, packet_id=i + 1, payload=b"%d" % i), "seed", "/topic/{routing_key}", now)
+            for i in range(3)]
+    outs[1].delivery_count = 2**40  # the header cannot hold it: wire_bytes raises in the engine thread
+    with Forwarder(make_config()) as fwd:
+        res = fwd.forward_mapped(outs)
+        assert (res.accepted, res.unforwardable) == (2, 1)
+        assert res.failures[0].offset == 1 and res.failures[0].error.startswith("[LG-amqp-unforwardable] ValueError: ")
+        again = fwd.forward([row(topic, 9, qos=1, packet_id=9, payload=b"9")])  # the engine thread lives on
+    assert again.accepted == 1
+    assert sorted(bytes(m.body) for m in consumer.wait(topic, 3)) == [b"0", b"2", b"9"]
+
+
 def test_an_address_the_broker_refuses_fails_the_batch_naming_it(consumer, make_config):
     exchange = f"lakegate-missing-{uuid.uuid4().hex[:8]}"
     cfg = make_config(address_template=f"/exchange/{exchange}/{{routing_key}}", max_retries=1)

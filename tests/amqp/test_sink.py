@@ -132,3 +132,24 @@ print("thread alive after forwarding:", fwd._thread.is_alive())
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["thread alive after forwarding: True", "thread alive at exit: False"]
+
+
+def test_lg_amqp_unforwardable_rows_come_back_to_the_driver_and_the_batch_goes_on(spark, consumer, rabbitmq,
+                                                                                   tmp_path):
+    topic = consumer.topic("sink-unforwardable")
+    rows = [row(topic, 10, partition=0, qos=1, packet_id=1, payload=b"a"),
+            row(topic, 11, partition=0, qos=1, packet_id=-1, payload=b"b"),  # no message-id can hold it
+            row(topic, 12, partition=1, qos=1, packet_id=-2, payload=b"c"),
+            row(topic, 13, partition=1, qos=1, packet_id=2, payload=b"d")]
+    df = spark.createDataFrame(frame(rows), schema=to_spark(FORWARD_DDL))
+
+    total = forward_batch(df, 1, config(rabbitmq, tmp_path))  # raised (and so for ever) before
+
+    assert (total.rows, total.accepted, total.unforwardable) == (4, 2, 2)
+    assert sorted((f.partition, f.offset, f.rule) for f in total.failures) == [
+        (0, 11, "LG-amqp-unforwardable"), (1, 12, "LG-amqp-unforwardable")]
+    assert all(f.error == "[LG-amqp-unforwardable] AssertionError: initializing ulong with negative value"
+               for f in total.failures)
+    assert sorted(bytes(m.body) for m in consumer.wait(topic, 2)) == [b"a", b"d"]
+    fo = ForwardedOffsets(tmp_path, "mqtt-frames")
+    assert (fo.get(0), fo.get(1)) == (11, 13)

@@ -7,9 +7,10 @@ import datetime as dt
 import pyarrow as pa
 
 from schemas.ddl import to_arrow
-from schemas.tables import MESSAGES_DDL
+from schemas.tables import FRAME_ROW_DDL, MESSAGES_DDL, PARSED_RENAMES
 
 MESSAGES_SCHEMA = to_arrow(MESSAGES_DDL)
+FRAME_ROW_SCHEMA = to_arrow(FRAME_ROW_DDL)
 T0 = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.timezone.utc)
 
 
@@ -31,3 +32,20 @@ def publish(topic: str, payload: bytes = b"x", *, retain: bool = True, seq: int,
 
 def table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=MESSAGES_SCHEMA)
+
+
+def frame_rows(records: list[dict]) -> pa.Table:
+    """Frame rows as the job builds them (``FRAME_ROW_DDL``): capture context
+    plus the real parser's columns; each record has ``frame`` and may
+    override any column (``edge_rule``, ``partition``, ...)."""
+    from bridge.parse import parse_frames
+
+    parsed = parse_frames([r["frame"] for r in records], [r.get("protocol_level", 5) for r in records])
+    rows = []
+    for i, (rec, p) in enumerate(zip(records, parsed.to_pylist())):
+        row = {PARSED_RENAMES.get(k, k): v for k, v in p.items()}
+        row.update(stream="mqtt-frames", partition=0, offset=i, seq=i, receive_time=T0, receive_date=T0.date(),
+                   conn_id="c1", client_id="dev-1", protocol_level=5, origin="client", duplicate=False)
+        row.update(rec)
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=FRAME_ROW_SCHEMA)

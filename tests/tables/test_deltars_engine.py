@@ -143,3 +143,32 @@ def test_a_failing_load_is_one_line_without_delta_rs_causes(engine, monkeypatch)
         engine.arrow("retained", as_of=0)
     assert str(err.value) == ("retained: cannot read version 0 (oldest 0, newest 0): "
                               "Generic DeltaTable error: version 0 unreadable")
+
+
+def test_quarantine_table_of_an_older_lakegate_gets_the_parser_columns_added(tmp_path):
+    """Schema evolution: a quarantine table created before ``parser_rule`` /
+    ``parser_error`` existed gains them on ``ensure``; old rows read null, new
+    rows carry them, and an old version still reads."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from bridge.tables.engine import SCHEMAS
+
+    new = SCHEMAS["quarantine"]
+    old = pa.schema([f for f in new if f.name not in ("parser_rule", "parser_error")])
+    path = tmp_path / "tables" / "quarantine"
+    DeltaTable.create(str(path), schema=old, partition_by=["receive_date"], name="quarantine")
+    row = {"stream": "mqtt-frames", "partition": 0, "offset": 1, "seq": 1, "receive_time": T0,
+           "receive_date": T0.date(), "rule": "LG-truncated", "frame": b"\x30", "frame_size": 1}
+    write_deltalake(str(path), pa.Table.from_pylist([row], schema=old), mode="append", partition_by=["receive_date"])
+
+    engine = DeltaRsEngine(tmp_path / "tables")
+    engine.ensure()
+    assert {"parser_rule", "parser_error"} <= {f.name for f in DeltaTable(str(path)).schema().fields}
+    fresh = {**row, "offset": 2, "seq": 2, "rule": "MQTT-3.2.2-15", "parser_rule": "LG-truncated",
+             "parser_error": "[LG-truncated] ..."}
+    assert engine.append("quarantine", pa.Table.from_pylist([fresh], schema=new), "q", 0) is True
+    got = sorted(engine.arrow("quarantine").to_pylist(), key=lambda r: r["offset"])
+    assert [(r["rule"], r["parser_rule"]) for r in got] == [("LG-truncated", None), ("MQTT-3.2.2-15", "LG-truncated")]
+    assert engine.arrow("quarantine", as_of=1).num_rows == 1  # the version before the columns were added
+    engine.ensure()  # idempotent: nothing more to add
