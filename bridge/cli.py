@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -72,12 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _not_py4j_via_root(record: logging.LogRecord) -> bool:
+    """py4j logs some socket errors through the root logger, with tracebacks
+    (a dead JVM: one per call); the caller gets the error as an exception."""
+    return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
+
+
 def setup_logging(config: Config) -> None:
     logging.basicConfig(
         level=getattr(logging, config.log_level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        if _not_py4j_via_root not in handler.filters:
+            handler.addFilter(_not_py4j_via_root)
     # py4j logs every gateway call at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # PySpark logs every SQL analysis error with its whole JVM stack before

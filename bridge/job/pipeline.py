@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from bridge.job.progress import ProgressListener
 
-__all__ = ["checkpoint_path", "frame_rows", "progress_listener", "release", "run_job", "shutdown",
+__all__ = ["checkpoint_path", "forget", "frame_rows", "progress_listener", "release", "run_job", "shutdown",
            "start_query", "stop_after_batch"]
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,12 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def forget(spark: "SparkSession") -> None:
+    """Drop lakegate's listeners of a session whose JVM has exited (nothing to call into)."""
+    with _listeners_lock:
+        _listeners[:] = [(s, listener) for s, listener in _listeners if s is not spark]
 
 
 def release(spark: "SparkSession") -> None:
