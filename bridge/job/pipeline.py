@@ -11,7 +11,8 @@ checkpoint: the first ``start_query`` registers it, later ones (``lakegate
 run`` restarting a failed query) reuse it, ``release``/``shutdown`` remove it.
 
 ``run_job`` is the loop of ``lakegate process`` and the spark-submit job:
-SIGINT/SIGTERM let the running batch finish, then the query stops.
+SIGINT/SIGTERM let the running batch finish, then the query stops (under
+spark-submit the JVM gets them and calls back: ``bridge.spark.jvm``).
 """
 
 from __future__ import annotations
@@ -165,6 +166,8 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
 
     from bridge.job.batch import is_stop_requested
     from bridge.job.runner import root_cause
+    from bridge.spark.jvm import on_jvm_signals
+    from bridge.spark.session import under_spark_submit
 
     stop = threading.Event()
 
@@ -176,6 +179,9 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    restore_jvm = None
+    if under_spark_submit():  # the signals reach the JVM, our parent: it calls back
+        restore_jvm = on_jvm_signals(spark, lambda name: request_stop())
     try:
         query = start_query(spark, config, once=once, stop=stop)
         failure: str | None = None
@@ -193,6 +199,8 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
             return 1
         return 0
     finally:
+        if restore_jvm is not None:
+            restore_jvm()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -5,19 +5,21 @@ child of this Python process (PySpark's ``launch_gateway``). The kernel's
 out-of-memory killer may end that child alone; ``jvm_exit`` says so, and
 ``discard_session`` clears what PySpark keeps about it (class-level gateway,
 context and session) so that the next ``build_session`` starts a new JVM.
-Under spark-submit the JVM is this process's parent and neither applies.
+Under spark-submit the JVM is this process's parent and neither applies;
+there, signals sent to spark-submit reach the JVM, not Python, and
+``on_jvm_signals`` routes them to Python (the job stops after its batch).
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["describe_exit", "discard_session", "jvm_exit", "jvm_pid", "quiet_accumulator_server"]
+__all__ = ["describe_exit", "discard_session", "jvm_exit", "jvm_pid", "on_jvm_signals", "quiet_accumulator_server"]
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +122,48 @@ def discard_session(spark: "SparkSession") -> None:
             pass
     finally:
         quiet.setLevel(level)
+
+
+class _JvmSignalHandler:
+    """A ``sun.misc.SignalHandler`` implemented in Python (py4j callback)."""
+
+    def __init__(self, name: str, callback: "Callable[[str], None]") -> None:
+        self.name = name
+        self.callback = callback
+
+    def handle(self, _signal: object) -> None:
+        self.callback(self.name)
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
+
+
+def on_jvm_signals(spark: "SparkSession", callback: "Callable[[str], None]",
+                   names: tuple[str, ...] = ("TERM", "INT")) -> "Callable[[], None]":
+    """Have the JVM call ``callback(name)`` on these signals instead of shutting down.
+
+    Under spark-submit the JVM is the parent process: SIGTERM to spark-submit
+    (a scheduler stopping the job), or SIGINT to its process group (Ctrl-C),
+    would start the JVM's shutdown, which stops the SparkContext under the
+    running batch and exits 143 or 130. With this, the signal only calls back
+    into Python, which lets the batch finish and exits 0. Returns a function
+    that puts the previous handlers back."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    sc = spark.sparkContext
+    gateway = sc._gateway  # noqa: SLF001 - py4j handles, no public API
+    ensure_callback_server_started(gateway)
+    jsignal = sc._jvm.sun.misc.Signal  # noqa: SLF001
+    previous = []
+    for name in names:
+        sig = jsignal(name)
+        previous.append((sig, jsignal.handle(sig, _JvmSignalHandler(name, callback))))
+
+    def restore() -> None:
+        for sig, handler in previous:
+            try:
+                jsignal.handle(sig, handler)
+            except Exception as exc:  # the JVM is going away
+                log.debug("restoring the JVM's %s handler: %s", sig, exc)
+
+    return restore
