@@ -162,7 +162,7 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     the running batch off in the middle; this replaces it (call after the
     session is built, from the main thread) so that the batch finishes first.
     """
-    from pyspark.errors import StreamingQueryException
+    from pyspark.errors import PySparkException, StreamingQueryException
 
     from bridge.job.batch import is_stop_requested
     from bridge.job.runner import root_cause
@@ -183,7 +183,11 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     if under_spark_submit():  # the signals reach the JVM, our parent: it calls back
         restore_jvm = on_jvm_signals(spark, lambda name: request_stop())
     try:
-        query = start_query(spark, config, once=once, stop=stop)
+        try:
+            query = start_query(spark, config, once=once, stop=stop)
+        except PySparkException as exc:  # e.g. no capture log yet: one line, not Spark's layers of traceback
+            log.error("job cannot start: %s", root_cause(str(exc))[:500])
+            return 1
         failure: str | None = None
         try:
             while not stop.is_set() and not query.awaitTermination(1):

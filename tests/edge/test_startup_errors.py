@@ -85,3 +85,16 @@ def test_missing_password_and_tls_files_are_one_line_naming_the_key(busy_port, t
     line = _one_line(_lakegate(tmp_path, "edge", "--port", "0", "--set", data, "--set", f"edge.tls_port={busy_port}",
                                "--set", "edge.tls_cert_file=junk.pem"))
     assert line.startswith(f"lakegate: edge.tls_cert_file {tmp_path / 'junk.pem'}: not a usable certificate"), line
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_process_without_a_capture_log_is_one_line_and_exit_1(tmp_path):
+    r = _lakegate(tmp_path, "process", "--once", "--set", f"data_dir={tmp_path / 'data'}", "--set", "amqp.url=",
+                  "--set", "spark.master=local[1]")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    errors = [x for x in r.stderr.splitlines() if " ERROR " in x]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"ERROR bridge.job.pipeline: job cannot start: SourceOptionError: lakegate source: option path: "
+        f"no capture log at {tmp_path / 'data' / 'capture'} (meta.json is missing)"), r.stderr[-3000:]
