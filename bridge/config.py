@@ -529,6 +529,8 @@ def render_toml(cfg: Config, masked: bool = True, with_sources: bool = True) -> 
         line = f"{name} = {_toml_value(value)}"
         if with_sources:
             line += f"  # {cfg.sources.get(key, 'default')}"
+            if key == "data_dir":  # relative to its file (or conf/ for the default): say where that is
+                line += f"; = {cfg.data_path}"
         lines.append(line)
 
     for k, v in d.items():

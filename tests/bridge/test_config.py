@@ -139,6 +139,7 @@ def test_cli_config_show_reports_sources():
     assert "port = 1999  # --set edge.port" in out.stdout
     assert 'profile = "enmasse"  # environment LAKEGATE_AMQP_PROFILE' in out.stdout
     assert "guest:****@" in out.stdout
+    assert f'data_dir = "../data"  # default; = {ROOT / "data"}' in out.stdout.splitlines()
 
 
 # ---------------------------------------------------------------- relative paths (issue 21, item 11)
