@@ -12,6 +12,7 @@ writes the checkout's own ``data/``.
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -106,3 +107,22 @@ def test_notebook_runs_headless_in_notebooks_dir_and_reads_the_projects_data(pat
         assert images, "the per-rule chart was not drawn"
         html = "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs)
         assert "MQTT-3.3.1-4" in html and "360300016" in html.replace(" ", "")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_without_tables_stops_in_its_first_cell_saying_where_it_looked(path, kernel_env, tmp_path,
+                                                                                monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("JUPYTER_PATH", kernel_env)
+    for name in [n for n in os.environ if n.startswith("LAKEGATE_")]:
+        monkeypatch.delenv(name)
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")  # a project with no data yet
+    monkeypatch.setenv("LAKEGATE_CONF_DIR", str(tmp_path / "conf"))
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    with pytest.raises(CellExecutionError, match=re.escape(f"no lakegate tables under {tmp_path / 'data' / 'tables'}")):
+        client.execute()
+    assert not (tmp_path / "data").exists(), "the notebook created empty tables"
