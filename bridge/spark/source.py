@@ -390,7 +390,8 @@ def _ignore_terminal_interrupt() -> None:
 
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is None and threading.current_thread() is threading.main_thread():  # noqa: SLF001
+    in_driver = SparkContext._active_spark_context is not None  # noqa: SLF001 - no public API says so
+    if not in_driver and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

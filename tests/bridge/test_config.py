@@ -197,7 +197,7 @@ def test_object_storage_data_dir_is_one_line_and_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bridge", "status", "--set", "data_dir=s3://bucket/lake"],
                        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 2
-    assert r.stderr.splitlines() == ["lakegate: config error: data_dir: s3:// is a URL; object storage is not supported "
-                                     "yet: give a local path (or a shared file system mounted at the same path "
-                                     "everywhere) (from --set data_dir)"]
+    assert r.stderr.splitlines() == [
+        "lakegate: config error: data_dir: s3:// is a URL; object storage is not supported yet: give a local path "
+        "(or a shared file system mounted at the same path everywhere) (from --set data_dir)"]
     assert not (tmp_path / "s3:").exists()
