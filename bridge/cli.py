@@ -7,20 +7,36 @@ Every subcommand accepts ``--config FILE`` and repeatable ``--set KEY=VALUE``.
 
 Exit codes: 0 success, 1 failure, 2 bad usage or configuration (one line on
 stderr naming what is wrong).
+
+Start-up failures of the environment, not of the configuration's form (the
+edge's port is taken, another process writes the capture log, a TLS or
+password file cannot be read), are one line on stderr too, with exit code
+1; ``--set log_level=DEBUG`` logs their traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
+import re
+import ssl
 import sys
 from typing import Sequence
 
-from bridge.config import Config, ConfigError, load_config
+from bridge.capture.errors import CaptureError
+from bridge.config import PATH_KEYS, Config, ConfigError, load_config
+from bridge.edge.auth import PasswordFileError
 from bridge.javacheck import JavaMissing
 
-__all__ = ["COMMANDS", "UsageError", "common_parser", "main"]
+__all__ = ["COMMANDS", "UsageError", "common_parser", "failure_line", "main"]
+
+log = logging.getLogger("bridge.cli")
+
+#: Failures a command reports in one line (exit 1) rather than with a traceback.
+ONE_LINE_FAILURES = (OSError, CaptureError, PasswordFileError)
 
 
 class UsageError(Exception):
@@ -72,12 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _not_py4j_via_root(record: logging.LogRecord) -> bool:
+    """py4j logs some socket errors through the root logger, with tracebacks
+    (a dead JVM: one per call); the caller gets the error as an exception."""
+    return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
+
+
 def setup_logging(config: Config) -> None:
     logging.basicConfig(
         level=getattr(logging, config.log_level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        if _not_py4j_via_root not in handler.filters:
+            handler.addFilter(_not_py4j_via_root)
     # py4j logs every gateway call at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # PySpark logs every SQL analysis error with its whole JVM stack before
@@ -86,6 +111,44 @@ def setup_logging(config: Config) -> None:
     # Spark fails the query with it; the job logs its root cause in one line.
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j.clientserver"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def failure_line(exc: BaseException, config: Config | None = None) -> str:
+    """One line naming what is wrong, for a failure in ``ONE_LINE_FAILURES``."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL) \
+            and exc.filename is None:
+        m = re.search(r"\('([^']*)', (\d+)\)", str(exc))
+        host, port = (m.group(1), int(m.group(2))) if m else ("?", 0)
+        key = "edge.tls_port" if config is not None and port and port == config.edge.tls_port else "edge.port"
+        if exc.errno == errno.EADDRINUSE:
+            why = ("address already in use: another MQTT broker (a distribution's Mosquitto holds 1883) or "
+                   f"another lakegate listens there; stop it or choose another port (--set {key}=N)")
+        elif exc.errno == errno.EACCES:
+            why = f"permission denied (ports below 1024 need privileges; --set {key}=N)"
+        else:
+            why = "no such local address (edge.host must be an address of this machine)"
+        return f"cannot listen on {host}:{port}: {why}"
+    if isinstance(exc, OSError) and config is not None:
+        # a file the configuration names (TLS, password): say which key
+        files = {k: str(v) for k in sorted(PATH_KEYS - {"data_dir"}) if (v := _value(config, k))}
+        for key, path in files.items():
+            if exc.filename is not None and os.path.abspath(str(exc.filename)) == os.path.abspath(path):
+                return f"{key} {path}: {exc.strerror or exc}"
+        if exc.filename is None:
+            if isinstance(exc, ssl.SSLError):
+                tls = [f"{k} {p}" for k, p in files.items() if k.startswith("edge.tls_")]
+                return f"{', '.join(tls) or 'the TLS files'}: not a usable certificate and key ({exc})"
+            for key, path in files.items():
+                if not os.access(path, os.R_OK):
+                    return f"{key} {path}: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _value(config: Config, key: str) -> object:
+    section, _, name = key.rpartition(".")
+    return getattr(getattr(config, section) if section else config, name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"lakegate: {exc}", file=sys.stderr)
         return 2
+    except ONE_LINE_FAILURES as exc:
+        log.debug("%s failed", args.command, exc_info=True)
+        msg = failure_line(exc, config)
+        print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -9,6 +9,14 @@ Unknown keys and values of the wrong type raise :class:`ConfigError`, whose
 message names the key and where the value came from; the CLI turns it into
 one line on stderr and exit code 2.
 
+Relative paths (``data_dir`` and the ``*_file`` keys) are relative to the
+configuration file that set them; set in the environment or with ``--set``,
+to the working directory. The built-in defaults are ``conf/lakegate.toml``
+and resolve as that file does: ``data_dir = "../data"`` is the project's
+``data/`` whatever the working directory (a notebook's kernel runs in
+``notebooks/``). A URL (``s3://...``) where a local path is needed is
+refused until object storage is supported.
+
 Units are in the key names (``keepalive_s``, ``max_packet_bytes``). The key
 names ``data_dir``, ``edge.host``, ``edge.port``, ``amqp.url``,
 ``amqp.address_template`` and ``amqp.profile`` are a public contract.
@@ -37,6 +45,7 @@ __all__ = [
     "TapConfig",
     "SparkConfig",
     "TablesConfig",
+    "conf_dir",
     "load_config",
     "mask_secret",
     "render_toml",
@@ -44,6 +53,26 @@ __all__ = [
 ]
 
 ENV_PREFIX = "LAKEGATE_"
+#: Keys that name a file or directory on the local file system.
+PATH_KEYS = frozenset({"data_dir", "edge.tls_cert_file", "edge.tls_key_file", "edge.password_file",
+                       "amqp.tls_ca_file", "tap.tls_ca_file"})
+#: Bookkeeping fields of Config that are not configuration keys.
+_META = ("sources", "bases")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def conf_dir() -> Path | None:
+    """The project's conf/ directory ($LAKEGATE_CONF_DIR, else beside the package)."""
+    env = os.environ.get("LAKEGATE_CONF_DIR")
+    cand = Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
+    return cand if cand.is_dir() else None
+
+
+def defaults_dir() -> Path:
+    """Where the built-in defaults' relative paths resolve: the directory of
+    ``conf/lakegate.toml`` (without a project checkout: ``./conf``, so that
+    ``../data`` is ``./data``)."""
+    return conf_dir() or Path.cwd() / "conf"
 
 
 class ConfigError(ValueError):
@@ -216,7 +245,8 @@ class SparkConfig:
 class Config:
     """The effective lakegate configuration."""
 
-    data_dir: str = "./data"
+    #: relative to conf/ (see the module doc): the project's data/
+    data_dir: str = "../data"
     log_level: str = "INFO"
     edge: EdgeConfig = field(default_factory=EdgeConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
@@ -227,11 +257,16 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     #: dotted key -> where its value came from ("default" when not listed).
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    #: path key -> the directory its relative value is relative to (the
+    #: file's directory, or the working directory for environment and
+    #: --set); not listed: the built-in defaults' (``defaults_dir()``).
+    bases: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- derived paths (all under data_dir) ----
     @property
     def data_path(self) -> Path:
-        return Path(self.data_dir).expanduser().resolve()
+        base = self.bases.get("data_dir")
+        return (Path(base) if base else defaults_dir()).joinpath(Path(self.data_dir).expanduser()).resolve()
 
     @property
     def capture_dir(self) -> Path:
@@ -251,7 +286,8 @@ class Config:
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.pop("sources", None)
+        for name in _META:
+            d.pop(name, None)
         return d
 
     def to_json(self, masked: bool = True) -> str:
@@ -303,7 +339,7 @@ def _top_level() -> dict[str, type]:
     return {
         f.name: hints[f.name]
         for f in dataclasses.fields(Config)
-        if f.name != "sources" and not dataclasses.is_dataclass(hints[f.name])
+        if f.name not in _META and not dataclasses.is_dataclass(hints[f.name])
     }
 
 
@@ -355,6 +391,9 @@ def _coerce(key: str, typ: type, value: Any, source: str, from_text: bool) -> An
 
 
 def _validate(key: str, value: Any, source: str) -> None:
+    if key in PATH_KEYS and _URL.match(value):
+        raise ConfigError(key, source, f"{value.split('://', 1)[0]}:// is a URL; object storage is not supported "
+                          "yet: give a local path (or a shared file system mounted at the same path everywhere)")
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(key, source, f"must be one of {', '.join(_CHOICES[key])}, got {value!r}")
     if key in _POSITIVE and value <= 0:
@@ -381,7 +420,8 @@ def _validate(key: str, value: Any, source: str) -> None:
             raise ConfigError(key, source, "must be amqp://[user:pass@]host[:port] or amqps://..., or empty to turn forwarding off")
 
 
-def _set(cfg: Config, key: str, value: Any, source: str, from_text: bool) -> None:
+def _set(cfg: Config, key: str, value: Any, source: str, from_text: bool, base: Path | None = None) -> None:
+    """``base``: the directory a relative path is relative to (default: the working directory)."""
     keys = known_keys()
     if key not in keys:
         section = key.split(".", 1)[0]
@@ -391,6 +431,12 @@ def _set(cfg: Config, key: str, value: Any, source: str, from_text: bool) -> Non
         raise ConfigError(key, source, f"unknown key{hint}")
     value = _coerce(key, keys[key], value, source, from_text)
     _validate(key, value, source)
+    if key in PATH_KEYS:
+        base = (base or Path.cwd()).resolve()
+        if key == "data_dir":
+            cfg.bases[key] = str(base)  # data_dir stays as written; data_path resolves it
+        elif value and not Path(value).expanduser().is_absolute():
+            value = str(base / Path(value).expanduser())  # the edge, the tap and executors open these as given
     if "." in key:
         section, name = key.split(".", 1)
         setattr(getattr(cfg, section), name, value)
@@ -463,7 +509,7 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError("--config", source, f"not valid TOML: {exc}") from None
         for key, value in _flatten(tree, source):
-            _set(cfg, key, value, source, from_text=False)
+            _set(cfg, key, value, source, from_text=False, base=p.resolve().parent)
     for key, text, source in _env_items(os.environ if env is None else env):
         _set(cfg, key, text, source, from_text=True)
     for item in overrides:
@@ -514,6 +560,8 @@ def render_toml(cfg: Config, masked: bool = True, with_sources: bool = True) -> 
         line = f"{name} = {_toml_value(value)}"
         if with_sources:
             line += f"  # {cfg.sources.get(key, 'default')}"
+            if key == "data_dir":  # relative to its file (or conf/ for the default): say where that is
+                line += f"; = {cfg.data_path}"
         lines.append(line)
 
     for k, v in d.items():

@@ -11,7 +11,8 @@ checkpoint: the first ``start_query`` registers it, later ones (``lakegate
 run`` restarting a failed query) reuse it, ``release``/``shutdown`` remove it.
 
 ``run_job`` is the loop of ``lakegate process`` and the spark-submit job:
-SIGINT/SIGTERM let the running batch finish, then the query stops.
+SIGINT/SIGTERM let the running batch finish, then the query stops (under
+spark-submit the JVM gets them and calls back: ``bridge.spark.jvm``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
     from bridge.job.progress import ProgressListener
 
-__all__ = ["checkpoint_path", "frame_rows", "progress_listener", "release", "run_job", "shutdown",
+__all__ = ["checkpoint_path", "forget", "frame_rows", "progress_listener", "release", "run_job", "shutdown",
            "start_query", "stop_after_batch"]
 
 log = logging.getLogger(__name__)
@@ -161,10 +162,12 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     the running batch off in the middle; this replaces it (call after the
     session is built, from the main thread) so that the batch finishes first.
     """
-    from pyspark.errors import StreamingQueryException
+    from pyspark.errors import PySparkException, StreamingQueryException
 
     from bridge.job.batch import is_stop_requested
     from bridge.job.runner import root_cause
+    from bridge.spark.jvm import on_jvm_signals
+    from bridge.spark.session import under_spark_submit
 
     stop = threading.Event()
 
@@ -176,8 +179,15 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    restore_jvm = None
+    if under_spark_submit():  # the signals reach the JVM, our parent: it calls back
+        restore_jvm = on_jvm_signals(spark, lambda name: request_stop())
     try:
-        query = start_query(spark, config, once=once, stop=stop)
+        try:
+            query = start_query(spark, config, once=once, stop=stop)
+        except PySparkException as exc:  # e.g. no capture log yet: one line, not Spark's layers of traceback
+            log.error("job cannot start: %s", root_cause(str(exc))[:500])
+            return 1
         failure: str | None = None
         try:
             while not stop.is_set() and not query.awaitTermination(1):
@@ -193,8 +203,16 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
             return 1
         return 0
     finally:
+        if restore_jvm is not None:
+            restore_jvm()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def forget(spark: "SparkSession") -> None:
+    """Drop lakegate's listeners of a session whose JVM has exited (nothing to call into)."""
+    with _listeners_lock:
+        _listeners[:] = [(s, listener) for s, listener in _listeners if s is not spark]
 
 
 def release(spark: "SparkSession") -> None:

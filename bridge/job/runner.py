@@ -12,6 +12,12 @@
   catches up when the peer appears: nothing lost, nothing skipped. The
   backoff starts over once a restarted query completes a batch. The
   progress listener is the same across restarts (``bridge.job.pipeline``).
+* The Spark JVM is a child process of a local session; when it dies alone
+  (the kernel's out-of-memory killer picks the biggest process, and that is
+  the JVM), the supervisor logs one line naming how it ended, forgets the
+  session (``bridge.spark.jvm``), waits with the same backoff and builds a
+  new session, whose query resumes from the checkpoint. The edge, in this
+  process, keeps accepting, capturing and acknowledging meanwhile.
 * SIGINT/SIGTERM: the edge stops accepting, closes connections (MQTT 5:
   DISCONNECT 0x8B) and fsyncs; the query finishes the batch it is running
   (no new batch starts), then stops; the Spark session ends.
@@ -136,6 +142,9 @@ class Runner:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._stop = threading.Event()
+        #: The current session (a new one after the JVM died).
+        self.spark: "SparkSession | None" = None
+        self._own_session = False
 
     def request_stop(self, *_: object) -> None:
         if not self._stop.is_set():
@@ -144,10 +153,10 @@ class Runner:
 
     def run(self, spark: "SparkSession | None" = None) -> int:
         from bridge.job.pipeline import shutdown
-        from bridge.spark.session import build_session, under_spark_submit
+        from bridge.spark.session import under_spark_submit
 
         cfg = self.config
-        own_session = spark is None
+        own_session = self._own_session = spark is None
         if own_session and not under_spark_submit():
             from bridge.javacheck import require_java
 
@@ -173,18 +182,36 @@ class Runner:
                 print("lakegate run: AMQP forwarding off (amqp.url is empty)", flush=True)
             if self._stop.is_set():
                 return 0
-            if own_session:
-                spark = build_session(cfg, app_name="lakegate-run")
-            # Again after the session: PySpark's SparkContext installs its own SIGINT
-            # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
-            self._handle_signals()
-            return self._supervise(spark, edge)
+            self.spark = spark if spark is not None else self._new_session()
+            return self._supervise(self.spark, edge)
         finally:
             edge.stop(cfg.edge.shutdown_grace_s + 10)
-            if own_session and spark is not None:
-                shutdown(spark)
+            if own_session and self.spark is not None:
+                from bridge.spark.jvm import discard_session, jvm_exit
+
+                if jvm_exit(self.spark) is None:
+                    shutdown(self.spark)
+                else:
+                    discard_session(self.spark)
             if wrote_pid:  # not another run's file (a second run on this data_dir fails at edge.start)
                 pid_file.unlink(missing_ok=True)
+
+    def _new_session(self) -> "SparkSession":
+        from bridge.spark.jvm import quiet_accumulator_server
+        from bridge.spark.session import build_session
+
+        spark = build_session(self.config, app_name="lakegate-run")
+        quiet_accumulator_server(spark)
+        # Again after the session: PySpark's SparkContext installs its own SIGINT
+        # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
+        self._handle_signals()
+        return spark
+
+    def _jvm_died(self, wait_s: float = 0.0) -> int | None:
+        """The exit status of this process's own Spark JVM once it has exited, else None."""
+        from bridge.spark.jvm import jvm_exit
+
+        return jvm_exit(self.spark, wait_s) if self._own_session and self.spark is not None else None
 
     def _handle_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -192,36 +219,74 @@ class Runner:
                 signal.signal(sig, self.request_stop)
 
     def _supervise(self, spark: "SparkSession", edge: EdgeThread) -> int:
-        from pyspark.errors import StreamingQueryException
-
-        from bridge.job.pipeline import start_query
-
+        self.spark = spark
         failures = 0  # consecutive runs of the query that failed without completing a batch
         while not self._stop.is_set():
-            query = start_query(spark, self.config, stop=self._stop)
-            failure: str | None = None
-            while not self._stop.is_set() and query.isActive:
-                if not edge.alive:
-                    log.error("the edge stopped: %s", edge.server.failed or edge.error or "unknown reason")
-                    self._stop.set()
-                    break
-                try:
-                    query.awaitTermination(1)
-                except StreamingQueryException as exc:
-                    failure = root_cause(str(exc))
-                    break
-            if self._stop.is_set():
-                self._finish(query, edge)
+            try:
+                outcome = self._run_query(edge)
+            except Exception:
+                if self._jvm_died(wait_s=5.0) is None:
+                    raise
+                outcome = "jvm"
+            if outcome == "stopped":
                 return 1 if (edge.server.failed or edge.error) else 0
+            delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+            if outcome == "jvm":
+                self._restart_session(delay)
+                failures += 1
+                continue
+            query, failure = outcome
             if failures and query.lastProgress is not None:  # this run completed a batch before it failed
                 log.info("job: the restarted query had completed a batch; backoff starts over")
                 failures = 0
-            delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+                delay = BACKOFF_S[0]
             failures += 1
             log.warning("job: micro-batch failed (%s); capture continues; restarting from the checkpoint in %.0fs",
                         (failure or "query stopped")[:300], delay)
             self._stop.wait(delay)
         return 0
+
+    def _run_query(self, edge: EdgeThread):
+        """One run of the query: "stopped" (stop requested), "jvm" (the JVM
+        exited) or (query, failure) when it ended by itself."""
+        from pyspark.errors import StreamingQueryException
+
+        from bridge.job.pipeline import start_query
+
+        query = start_query(self.spark, self.config, stop=self._stop)
+        failure: str | None = None
+        while not self._stop.is_set() and query.isActive:
+            if not edge.alive:
+                log.error("the edge stopped: %s", edge.server.failed or edge.error or "unknown reason")
+                self._stop.set()
+                break
+            if self._jvm_died() is not None:
+                return "jvm"
+            try:
+                query.awaitTermination(1)
+            except StreamingQueryException as exc:
+                failure = root_cause(str(exc))
+                break
+        if self._stop.is_set():
+            if self._jvm_died() is None:
+                self._finish(query, edge)
+            return "stopped"
+        return query, failure
+
+    def _restart_session(self, delay: float) -> None:
+        """The JVM exited: one line saying how, forget its session, wait, build a new one."""
+        from bridge.job.pipeline import forget
+        from bridge.spark.jvm import describe_exit, discard_session, jvm_pid
+
+        pid, code = jvm_pid(self.spark), self._jvm_died()
+        log.error("job: the Spark JVM (pid %s) %s; the edge keeps capturing; starting a new Spark session "
+                  "in %.0fs, the query resumes from its checkpoint", pid, describe_exit(code), delay)
+        forget(self.spark)
+        discard_session(self.spark)
+        self.spark = None
+        if self._stop.wait(delay):
+            return
+        self.spark = self._new_session()
 
     def _finish(self, query, edge: EdgeThread) -> None:
         """Stop the edge first (no new data), then let the query finish its batch."""

@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from bridge.config import Config
+from bridge.config import Config, conf_dir
 from bridge.javacheck import require_java
 from bridge.spark import executor_python
 
@@ -35,13 +34,6 @@ log = logging.getLogger(__name__)
 
 #: A class that exists only when delta-spark's jars are on the JVM classpath.
 DELTA_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
-
-
-def conf_dir() -> Path | None:
-    """The project's conf/ directory ($LAKEGATE_CONF_DIR, else beside the package)."""
-    env = os.environ.get("LAKEGATE_CONF_DIR")
-    cand = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
-    return cand if cand.is_dir() else None
 
 
 def under_spark_submit() -> bool:
@@ -61,6 +53,8 @@ def _base_conf(config: Config) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # Not ./spark-warehouse of whatever directory the process runs in (a notebook's: notebooks/).
+        "spark.sql.warehouse.dir": str(config.data_path / "spark-warehouse"),
     }
     cdir = conf_dir()
     if cdir is not None and (cdir / "log4j2.properties").exists():

@@ -375,7 +375,24 @@ class LakegateDataSource(DataSource):
 
     def streamReader(self, schema) -> LakegateStreamReader:
         _reject(self._opts, "stream")
+        _ignore_terminal_interrupt()
         return LakegateStreamReader(self._opts)
+
+
+def _ignore_terminal_interrupt() -> None:
+    """Spark's streaming-source worker (a Python process the JVM starts, where
+    ``streamReader`` runs) ignores SIGINT: a Ctrl-C in the terminal reaches
+    the whole process group, this worker too, and it would end the query with
+    KeyboardInterrupt at its next ``latestOffset``; the driver decides, and
+    stops the query after its batch. Never in the driver (it has a context)."""
+    import signal
+    import threading
+
+    from pyspark import SparkContext
+
+    in_driver = SparkContext._active_spark_context is not None  # noqa: SLF001 - no public API says so
+    if not in_driver and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def register(spark: "SparkSession") -> None:

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ def test_conf_file_is_the_builtin_default():
 
 def test_public_contract_keys_and_defaults():
     cfg = load_config(None, env={})
-    assert cfg.data_dir == "./data"
+    assert cfg.data_dir == "../data" and cfg.data_path == ROOT / "data"  # relative to conf/, like the file
     assert (cfg.edge.host, cfg.edge.port) == ("127.0.0.1", 1883)
     assert cfg.amqp.url == "amqp://guest:guest@127.0.0.1:5672"
     assert cfg.amqp.profile == "seed"
@@ -138,3 +139,65 @@ def test_cli_config_show_reports_sources():
     assert "port = 1999  # --set edge.port" in out.stdout
     assert 'profile = "enmasse"  # environment LAKEGATE_AMQP_PROFILE' in out.stdout
     assert "guest:****@" in out.stdout
+    assert f'data_dir = "../data"  # default; = {ROOT / "data"}' in out.stdout.splitlines()
+
+
+# ---------------------------------------------------------------- relative paths (issue 21, item 11)
+
+
+@pytest.mark.parametrize("cwd", [".", "notebooks", "/"])
+def test_default_data_dir_is_the_projects_data_from_any_working_directory(cwd, monkeypatch):
+    monkeypatch.delenv("LAKEGATE_CONF_DIR", raising=False)
+    monkeypatch.chdir(ROOT / cwd)
+    assert load_config(None, env={}).data_path == ROOT / "data"
+    assert load_config(ROOT / "conf" / "lakegate.toml", env={}).data_path == ROOT / "data"
+
+
+def test_relative_paths_in_a_file_are_relative_to_that_file(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    f = site / "lakegate.toml"
+    f.write_text('data_dir = "lake"\n[edge]\npassword_file = "users.pw"\ntls_cert_file = "/abs/cert.pem"\n'
+                 '[amqp]\ntls_ca_file = "../ca.pem"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(Path("../site/lakegate.toml"), env={})
+    assert cfg.data_path == site / "lake"
+    assert cfg.capture_dir == site / "lake" / "capture"
+    assert cfg.edge.password_file == str(site / "users.pw")
+    assert cfg.edge.tls_cert_file == "/abs/cert.pem"
+    assert Path(cfg.amqp.tls_ca_file).resolve() == tmp_path / "ca.pem"
+
+
+def test_relative_paths_from_environment_and_set_are_relative_to_the_working_directory(tmp_path, monkeypatch):
+    f = tmp_path / "c.toml"
+    f.write_text('data_dir = "from-file"\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert load_config(f, env={"LAKEGATE_DATA_DIR": "env-data"}).data_path == work / "env-data"
+    assert load_config(f, ["data_dir=set-data"], env={}).data_path == work / "set-data"
+    assert load_config(f, ["edge.password_file=pw"], env={}).edge.password_file == str(work / "pw")
+
+
+@pytest.mark.parametrize("key", ["data_dir", "edge.password_file", "amqp.tls_ca_file"])
+def test_object_storage_url_where_a_local_path_is_needed_is_refused(key, tmp_path):
+    with pytest.raises(ConfigError, match=r"s3:// is a URL; object storage is not supported yet"):
+        load_config(None, [f"{key}=s3://bucket/lake"], env={})
+    f = tmp_path / "c.toml"
+    f.write_text('data_dir = "abfss://container@account.dfs.core.windows.net/lake"\n')
+    with pytest.raises(ConfigError, match=r"^config error: data_dir: abfss:// is a URL.*\(from .*c\.toml\)$"):
+        load_config(f, env={})
+
+
+@pytest.mark.subprocess
+def test_object_storage_data_dir_is_one_line_and_exit_2(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    r = subprocess.run([sys.executable, "-m", "bridge", "status", "--set", "data_dir=s3://bucket/lake"],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "lakegate: config error: data_dir: s3:// is a URL; object storage is not supported yet: give a local path "
+        "(or a shared file system mounted at the same path everywhere) (from --set data_dir)"]
+    assert not (tmp_path / "s3:").exists()

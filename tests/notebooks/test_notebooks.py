@@ -1,7 +1,19 @@
-"""The analyst notebooks run headless, every cell, against data a fixture writes."""
+"""The analyst notebooks run headless, every cell, against data a fixture writes.
+
+They run as the README runs them: the kernel's working directory is
+``notebooks/`` (Jupyter started at the project root, or ``jupyter nbconvert
+--execute notebooks/...``), no ``LAKEGATE_DATA_DIR``, no ``LAKEGATE_CONFIG``:
+the built-in configuration must find the project's ``data/``. The fixture's
+project is a copy of ``conf/`` beside a ``data/`` in a temporary directory
+(``LAKEGATE_CONF_DIR`` says where that ``conf/`` is), so the test never
+writes the checkout's own ``data/``.
+"""
 
 import datetime as dt
 import json
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -29,8 +41,11 @@ def test_the_two_notebooks_exist_and_are_committed_without_outputs():
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("nbdata")
+def project(tmp_path_factory):
+    """A project directory: a copy of conf/ and, beside it, data/ with tables."""
+    proj = tmp_path_factory.mktemp("nbproject")
+    shutil.copytree(ROOT / "conf", proj / "conf")
+    d = proj / "data"
     engine = DeltaRsEngine(d / "tables")
     engine.ensure()
     now = dt.datetime.now(dt.timezone.utc)
@@ -51,7 +66,7 @@ def data_dir(tmp_path_factory):
           "frame": bytes([0x36, 0x03, 0, 1, 0x61]), "frame_size": 5}
          for i, rule in enumerate(["MQTT-3.3.1-4", "MQTT-3.3.1-4", "MQTT-3.3.2-2"])]
     engine.append("quarantine", pa.Table.from_pylist(q, schema=QUARANTINE_SCHEMA), "fixture", 0)
-    return d
+    return proj
 
 
 @pytest.fixture(scope="module")
@@ -66,19 +81,23 @@ def kernel_env(tmp_path_factory):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_headless(path, data_dir, kernel_env, monkeypatch):
+def test_notebook_runs_headless_in_notebooks_dir_and_reads_the_projects_data(path, project, kernel_env, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
     monkeypatch.setenv("JUPYTER_PATH", kernel_env)
-    monkeypatch.setenv("LAKEGATE_DATA_DIR", str(data_dir))
-    monkeypatch.delenv("LAKEGATE_CONFIG", raising=False)
+    for name in [n for n in os.environ if n.startswith("LAKEGATE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LAKEGATE_CONF_DIR", str(project / "conf"))
+    before = sorted((ROOT / "notebooks").iterdir())
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+    # Jupyter runs a kernel in the notebook's directory.
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     client.execute()  # raises CellExecutionError naming the failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     text = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    assert "tables under" in text
+    assert f"tables under {project / 'data' / 'tables'} " in text
+    assert sorted((ROOT / "notebooks").iterdir()) == before, "the notebook created files beside itself"
     if path.stem == "retained_state":
         assert "topic: site/1/dev/0/status" in text
         images = [o for o in outputs if "image/png" in o.get("data", {})]
@@ -88,3 +107,22 @@ def test_notebook_runs_headless(path, data_dir, kernel_env, monkeypatch):
         assert images, "the per-rule chart was not drawn"
         html = "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs)
         assert "MQTT-3.3.1-4" in html and "360300016" in html.replace(" ", "")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_without_tables_stops_in_its_first_cell_saying_where_it_looked(path, kernel_env, tmp_path,
+                                                                                monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("JUPYTER_PATH", kernel_env)
+    for name in [n for n in os.environ if n.startswith("LAKEGATE_")]:
+        monkeypatch.delenv(name)
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")  # a project with no data yet
+    monkeypatch.setenv("LAKEGATE_CONF_DIR", str(tmp_path / "conf"))
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    with pytest.raises(CellExecutionError, match=re.escape(f"no lakegate tables under {tmp_path / 'data' / 'tables'}")):
+        client.execute()
+    assert not (tmp_path / "data").exists(), "the notebook created empty tables"
