@@ -201,6 +201,7 @@ class ConnectHandshake:
         return bytes((0x20, 2, 1 if session_present and level == 4 else 0, code))
 
 
+    # -------------------------------------------------------------- refusals
     def _reject_connect(self, err: MqttError, actions: list[Action]) -> None:
         frame, headers = self._connect_record()
         extra = [("reject", err.rule.encode()), ("reject_code", str(err.reason_code).encode()),

@@ -315,6 +315,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
         conn.drain()
 
 
+    # ------------------------------------------------------------ back-pressure
     def log_busy(self) -> bool:
         return not self.log.has_room(0)
 
