@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from bridge.capture.errors import OffsetOutOfRangeError
-from bridge.edge.session import WillMessage, will_publish
+from bridge.edge.actions import WillMessage, will_publish
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry, SessionStore
 from bridge.mqtt import Connect, Disconnect, MqttError, Publish
 from bridge.mqtt.codec import decode_packet

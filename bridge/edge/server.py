@@ -1,8 +1,9 @@
 """The edge's network side: a thin asyncio TCP (and TLS) server.
 
-For each connection an :class:`asyncio.Protocol` feeds the bytes it reads to
-its :class:`~bridge.edge.session.Session` and performs the actions that come
-back, in order:
+For each connection an :class:`asyncio.Protocol`
+(:class:`~bridge.edge.connection.Connection`) feeds the bytes it reads to
+its :class:`~bridge.edge.session.Session` and the server performs the
+actions that come back, in order:
 
 * ``Capture``: ``CaptureLog.append`` (partition key: the connection id; key:
   the client id). A reply (PUBACK, PUBREC, PUBCOMP...) goes into the
@@ -30,11 +31,9 @@ waiting for the disk, connections stop reading their sockets until it has
 room; a connection whose peer does not read its acknowledgements stops being
 read as well (transport write-buffer limits).
 
-Incomplete frames: the server counts the bytes each session holds of a frame
-not yet complete. One that stays incomplete for ``edge.frame_timeout_s``
+Incomplete frames: one that stays incomplete for ``edge.frame_timeout_s``
 closes its connection [LG-edge-frame-timeout]; over
-``edge.max_buffered_bytes`` across all connections, the connection whose
-incomplete frame is the oldest is closed [LG-edge-buffer-budget].
+``edge.max_buffered_bytes`` in all, the oldest one's [LG-edge-buffer-budget].
 
 Shutdown (:meth:`EdgeServer.shutdown`): stop accepting, stop reading, send
 DISCONNECT 0x8B to MQTT 5 clients behind their pending acknowledgements,
@@ -44,15 +43,29 @@ snapshot, close the log.
 
 One log line per connection open (client id, version, remote address) and
 close (the same plus the reason); never payloads or passwords.
+
+Modules, along the data flow (this one holds the listeners, the connection
+lifecycle, performing actions, back-pressure, the CONNECT decision, the
+per-connection timers and shutdown; :class:`EdgeServer` is composed of the
+parts below):
+
+* :mod:`bridge.edge.connection` -- one connection: reading, pausing, the
+  ordered outbound queue;
+* :mod:`bridge.edge.acks` -- acknowledgements on group-commit futures
+  (:class:`~bridge.edge.acks.DurableAcks`) and on forwarded marks
+  (:class:`ForwardWaiter`);
+* :mod:`bridge.edge.incomplete` -- incomplete frames: the frame time limit
+  and the buffered-bytes budget;
+* :mod:`bridge.edge.housekeeping` -- delayed Wills, session expiry and
+  bounds, snapshots;
+* :mod:`bridge.edge.thread` -- :class:`EdgeThread` (importable from here too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import ssl
-import threading
 import time
 from concurrent.futures import Future
 
@@ -60,24 +73,24 @@ from bridge.capture import CaptureLog, LogReader
 from bridge.capture.errors import CaptureError
 from bridge.config import Config, ConfigError
 from bridge.edge import rules as edge_rules
+from bridge.edge.acks import DurableAcks, ForwardWaiter
 from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
-from bridge.edge.persist import SNAPSHOT_INTERVAL_S, recover, write_snapshot
+from bridge.edge.connection import Connection, remote_address
+from bridge.edge.housekeeping import SessionHousekeeping
+from bridge.edge.incomplete import IncompleteFrames
+from bridge.edge.persist import recover
 from bridge.edge.session import (
-    CONNECTING, Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage,
-    version_name,
+    Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage, version_name,
 )
 from bridge.edge.state import SessionStore
+from bridge.edge.thread import EdgeThread
 
 __all__ = ["EdgeServer", "EdgeThread", "ForwardWaiter"]
 
 log = logging.getLogger("bridge.edge")
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-_WRITE_HIGH = 1 << 20  # transport write buffer: stop reading a peer that does not read
-#: Bytes read from a client while its password is checked before reading pauses
-#: (reading goes on so that a client that hangs up is noticed and not checked).
-_AUTH_READ_MAX = 64 * 1024
 
 
 def _base36(n: int) -> str:
@@ -89,176 +102,7 @@ def _base36(n: int) -> str:
             return out
 
 
-def _remote(peer) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        host, port = peer[0], peer[1]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-    return str(peer) if peer else "-"
-
-
-class ForwardWaiter:
-    """Holds acknowledgements until the AMQP sink forwarded their records
-    (``edge.ack_after = "forward"``). Polls the forwarded marks of
-    :class:`bridge.amqp.forwarded.ForwardedOffsets` only while something
-    waits: every millisecond, backing off to 50 ms while nothing moves."""
-
-    def __init__(self, data_dir, stream: str, partitions: int) -> None:
-        from bridge.amqp.forwarded import ForwardedOffsets
-
-        self.marks = ForwardedOffsets(data_dir, stream)
-        self.seen = [-1] * partitions
-        self._waiting: dict[int, list] = {}
-        self._task: asyncio.Task | None = None
-
-    def reached(self, partition: int, offset: int) -> bool:
-        return self.seen[partition] >= offset
-
-    def wait(self, partition: int, offset: int, conn) -> None:
-        self._waiting.setdefault(partition, []).append((offset, conn))
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._poll())
-
-    async def _poll(self) -> None:
-        pause = 0.001
-        while self._waiting:
-            moved = False
-            for p in list(self._waiting):
-                mark = self.marks.get(p)
-                if mark > self.seen[p]:
-                    self.seen[p] = mark
-                    moved = True
-                    waiters = self._waiting.pop(p)
-                    keep = [(o, c) for o, c in waiters if o > mark]
-                    if keep:
-                        self._waiting[p] = keep
-                    for o, c in waiters:
-                        if o <= mark:
-                            c.fwd_waiting = False
-                            c.drain()
-            pause = 0.001 if moved else min(pause * 2, 0.05)
-            await asyncio.sleep(pause)
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-
-class _Conn(asyncio.Protocol):
-    """One client connection: transport, session, ordered outbound queue."""
-
-    def __init__(self, server: EdgeServer, tls: bool) -> None:
-        self.server = server
-        self.tls = tls
-        self.transport: asyncio.Transport | None = None
-        self.session: Session | None = None
-        self.conn_id = ""
-        self.remote = "-"
-        #: (future or None, (partition, offset) or None, bytes or None, quota or close reason)
-        self.queue: collections.deque = collections.deque()
-        self.last_fut: Future | None = None
-        self.ok_fut: Future | None = None
-        self.watching: Future | None = None
-        self.fwd_waiting = False
-        self.client = None  # ClientSession once accepted
-        self.ended = False  # the ClientSession was handed back to the store
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = 0.0
-        self.paused_by: set[str] = set()
-        self.host = "-"  # remote address without the port (per-address limits)
-        self.auth_bytes = -1  # bytes read while the password is checked (-1: not checking)
-        self.buffered = 0  # bytes of an incomplete frame the session holds (as last counted)
-        self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
-        self.frames_at = 0  # session.frames_in when partial_since was set
-
-    # ------------------------------------------------------------ asyncio
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        transport.set_write_buffer_limits(high=_WRITE_HIGH)
-        self.server._connection_made(self)
-
-    def data_received(self, data: bytes) -> None:
-        srv = self.server
-        if self.auth_bytes >= 0:
-            self.auth_bytes += len(data)
-            if self.auth_bytes > _AUTH_READ_MAX:
-                self.pause("auth")
-        actions = self.session.receive_data(data, srv.loop.time())
-        if actions:
-            srv.perform(self, actions)
-        srv.account(self)
-        if srv.log_busy():
-            srv.throttle(self)
-
-    def eof_received(self):
-        return False  # close our side too
-
-    def connection_lost(self, exc) -> None:
-        self.server._connection_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self.pause("write")
-
-    def resume_writing(self) -> None:
-        self.resume("write")
-
-    def pause(self, why: str) -> None:
-        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
-        self.paused_by.add(why)
-
-    def resume(self, why: str) -> None:
-        self.paused_by.discard(why)
-        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-
-    # ------------------------------------------------------------ output
-    def drain(self) -> None:
-        """Write every queued item whose conditions hold, in order."""
-        q = self.queue
-        transport = self.transport
-        if not q or transport is None:
-            return
-        out = []
-        quota = 0
-        ok = self.ok_fut
-        srv = self.server
-        while q:
-            fut, fwd, data, extra = q[0]
-            if fut is not None and fut is not ok:
-                if not fut.done():
-                    if self.watching is not fut:
-                        self.watching = fut
-                        srv.watch(fut, self)
-                    break
-                if fut.exception() is not None:
-                    srv.log_failed(fut.exception())
-                    q.clear()
-                    out.clear()
-                    transport.abort()
-                    return
-                ok = self.ok_fut = fut
-            if fwd is not None and not srv.forward.reached(*fwd):
-                if not self.fwd_waiting:
-                    self.fwd_waiting = True
-                    srv.forward.wait(fwd[0], fwd[1], self)
-                break
-            q.popleft()
-            if data is None:  # a Close
-                if out:
-                    transport.write(b"".join(out))
-                    out = []
-                q.clear()
-                transport.close()
-                break
-            out.append(data)
-            quota += extra
-        if out:
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if quota:
-            self.session.quota_released(quota)
-
-
-class EdgeServer:
+class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
     """The MQTT edge server (see the module docstring).
 
     ``log``: an open :class:`CaptureLog` to use (tests); by default the
@@ -287,18 +131,18 @@ class EdgeServer:
         self.auth: AuthQueue | None = None
         self.forward: ForwardWaiter | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.conns: set[_Conn] = set()
-        self.clients: dict[str, _Conn] = {}
+        self.conns: set[Connection] = set()
+        self.clients: dict[str, Connection] = {}
         self.pending_wills: dict[str, tuple[asyncio.TimerHandle, WillMessage]] = {}
         self.addresses: list[tuple[str, int, bool]] = []
         self.failed: BaseException | None = None
         self.stopped: asyncio.Event | None = None  # created in start()
         self.stats = {"connections": 0, "refused": 0, "auth_busy": 0}
         self._servers: list[asyncio.base_events.Server] = []
-        self._watch: dict[Future, list[_Conn]] = {}
-        self._throttled: set[_Conn] = set()
+        self._watch: dict[Future, list[Connection]] = {}
+        self._throttled: set[Connection] = set()
         #: connections holding an incomplete frame, and the bytes they hold
-        self._partial: set[_Conn] = set()
+        self._partial: set[Connection] = set()
         self.buffered_total = 0
         self._frame_task: asyncio.Task | None = None
         self._room_task: asyncio.Task | None = None
@@ -345,13 +189,13 @@ class EdgeServer:
         if edge.ack_after == "forward":
             self.forward = ForwardWaiter(cfg.data_path, self.log.stream, self.log.partitions)
         loop = self.loop
-        srv = await loop.create_server(lambda: _Conn(self, False), edge.host, edge.port,
+        srv = await loop.create_server(lambda: Connection(self, False), edge.host, edge.port,
                                        reuse_address=True, backlog=1024)
         self._servers.append(srv)
         if edge.tls_port:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(edge.tls_cert_file, edge.tls_key_file or None)
-            tls = await loop.create_server(lambda: _Conn(self, True), edge.host, edge.tls_port,
+            tls = await loop.create_server(lambda: Connection(self, True), edge.host, edge.tls_port,
                                            ssl=ctx, reuse_address=True, backlog=1024)
             self._servers.append(tls)
         for s, is_tls in zip(self._servers, (False, True)):
@@ -372,12 +216,12 @@ class EdgeServer:
         return next((p for _h, p, tls in self.addresses if tls), None)
 
     # ------------------------------------------------------------ connections
-    def _connection_made(self, conn: _Conn) -> None:
+    def _connection_made(self, conn: Connection) -> None:
         now = self.loop.time()
         self._next_conn += 1
         conn.conn_id = f"{self._boot}-{_base36(self._next_conn)}"
         peer = conn.transport.get_extra_info("peername")
-        conn.remote = _remote(peer)
+        conn.remote = remote_address(peer)
         conn.host = str(peer[0]) if isinstance(peer, tuple) and peer else conn.remote
         busy = len(self.conns) >= self.edge.max_connections
         conn.session = Session(conn.conn_id, conn.remote, self.limits, now, busy=busy)
@@ -389,7 +233,7 @@ class EdgeServer:
             return
         self._arm(conn)
 
-    def _connection_lost(self, conn: _Conn, exc) -> None:
+    def _connection_lost(self, conn: Connection, exc) -> None:
         session = conn.session
         transport = conn.transport
         conn.transport = None
@@ -416,7 +260,7 @@ class EdgeServer:
                  session.frames_in, session.bytes_in)
         del transport
 
-    def _end_client(self, conn: _Conn) -> None:
+    def _end_client(self, conn: Connection) -> None:
         """Hand the connection's ClientSession back to the store (once)."""
         if conn.client is None or conn.ended:
             return
@@ -427,7 +271,7 @@ class EdgeServer:
         self.store.close(conn.client, time.time())
 
     # ------------------------------------------------------------ actions
-    def perform(self, conn: _Conn, actions: list) -> None:
+    def perform(self, conn: Connection, actions: list) -> None:
         """Carry out a session's actions in order (see the module docstring)."""
         append = self.log.append
         q = conn.queue
@@ -470,32 +314,12 @@ class EdgeServer:
                 log.info("%s client=%s: %s", conn.conn_id, conn.session.client_id or "-", a.message)
         conn.drain()
 
-    def watch(self, fut: Future, conn: _Conn) -> None:
-        """Drain ``conn`` once the group commit ``fut`` completes."""
-        waiting = self._watch.get(fut)
-        if waiting is None:
-            self._watch[fut] = [conn]
-            fut.add_done_callback(self._durable_threadsafe)
-        else:
-            waiting.append(conn)
 
-    def _durable_threadsafe(self, fut: Future) -> None:
-        # Runs on the capture log's flusher thread: one hop per group commit.
-        try:
-            self.loop.call_soon_threadsafe(self._durable, fut)
-        except RuntimeError:  # the loop is closed (process ending)
-            pass
-
-    def _durable(self, fut: Future) -> None:
-        for conn in self._watch.pop(fut, ()):
-            if conn.watching is fut:
-                conn.watching = None
-            conn.drain()
-
+    # ------------------------------------------------------------ back-pressure
     def log_busy(self) -> bool:
         return not self.log.has_room(0)
 
-    def throttle(self, conn: _Conn) -> None:
+    def throttle(self, conn: Connection) -> None:
         """Stop reading ``conn`` until the capture log has room again."""
         conn.pause("log")
         self._throttled.add(conn)
@@ -522,78 +346,13 @@ class EdgeServer:
             if self.stopped is not None:
                 self.stopped.set()
 
-    # ------------------------------------------------------------ incomplete frames
-    def account(self, conn: _Conn) -> None:
-        """Count the bytes ``conn``'s session holds of an incomplete frame and
-        when that frame started; over ``edge.max_buffered_bytes`` in total,
-        close the connections whose incomplete frames are the oldest."""
-        session = conn.session
-        transport = conn.transport
-        n = session.buffered if transport is not None and not transport.is_closing() else 0
-        if n != conn.buffered:
-            self.buffered_total += n - conn.buffered
-            conn.buffered = n
-        if n:
-            if conn not in self._partial or session.frames_in != conn.frames_at:
-                # a new frame started in this chunk (none was pending, or one completed)
-                conn.partial_since = self.loop.time()
-                conn.frames_at = session.frames_in
-                self._partial.add(conn)
-            if self.buffered_total > self.edge.max_buffered_bytes:
-                self._over_budget()
-        elif conn in self._partial:
-            self._partial.discard(conn)
-
-    def _unaccount(self, conn: _Conn) -> None:
-        self.buffered_total -= conn.buffered
-        conn.buffered = 0
-        self._partial.discard(conn)
-
-    def _over_budget(self) -> None:
-        budget = self.edge.max_buffered_bytes
-        while self.buffered_total > budget and self._partial:
-            worst = min(self._partial, key=lambda c: (c.partial_since, -c.buffered))
-            self._limit_close(worst, edge_rules.BUFFER_BUDGET,
-                              f"incomplete frames of all connections hold {self.buffered_total} "
-                              f"bytes, over edge.max_buffered_bytes = {budget}; this "
-                              f"connection's is the oldest ({worst.buffered} bytes, "
-                              f"{self.loop.time() - worst.partial_since:.1f} s)")
-
-    def _limit_close(self, conn: _Conn, rule: str, detail: str) -> None:
-        """Close ``conn`` for a resource limit (its reason goes to the log's
-        close line); its buffered bytes are released now."""
-        why = f"[{rule}] {detail}"
-        log.warning("%s client=%s remote=%s: closing: %s", conn.conn_id,
-                    conn.session.client_id or "-", conn.remote, why)
-        if conn.session.close_reason is None:
-            conn.session.close_reason = why
-        self._unaccount(conn)
-        if conn.transport is not None:
-            conn.transport.close()
-
-    async def _frame_timeouts(self) -> None:
-        """Close connections whose incomplete frame is older than
-        ``edge.frame_timeout_s`` (not those waiting for their password check,
-        nor those the edge stopped reading for capture-log back-pressure)."""
-        limit = self.edge.frame_timeout_s
-        while True:
-            await asyncio.sleep(min(1.0, limit / 4))
-            cutoff = self.loop.time() - limit
-            for conn in [c for c in self._partial if c.partial_since <= cutoff]:
-                if conn.session.state == CONNECTING or "log" in conn.paused_by:
-                    continue
-                self._limit_close(conn, edge_rules.FRAME_TIMEOUT,
-                                  f"a frame started {self.loop.time() - conn.partial_since:.1f} s "
-                                  f"ago is still incomplete ({conn.buffered} bytes buffered, "
-                                  f"edge.frame_timeout_s = {limit:g})")
-
     # ------------------------------------------------------------ CONNECT
-    def _connect(self, conn: _Conn, req: ConnectRequest) -> None:
+    def _connect(self, conn: Connection, req: ConnectRequest) -> None:
         pw = self.passwords
         if pw is not None and req.username is not None:
             # The hash is slow on purpose: the AuthQueue runs it in a worker
             # thread, bounded (see bridge/edge/admission.py). Reading goes on
-            # (up to _AUTH_READ_MAX) so that a client that hangs up meanwhile
+            # (up to connection._AUTH_READ_MAX) so that a client that hangs up meanwhile
             # is noticed and its check skipped.
             conn.auth_bytes = 0
             busy = self.auth.submit(
@@ -608,7 +367,7 @@ class EdgeServer:
         else:
             self._connect_checked(conn, req, None)
 
-    def _connect_checked(self, conn: _Conn, req: ConnectRequest, checked) -> None:
+    def _connect_checked(self, conn: Connection, req: ConnectRequest, checked) -> None:
         session = conn.session
         if conn.transport is None or self._stopping:
             return
@@ -656,33 +415,8 @@ class EdgeServer:
         self.account(conn)
         self._arm(conn)
 
-    # ------------------------------------------------------------ wills
-    def _will(self, w: WillMessage) -> None:
-        if w.delay_s <= 0 or self._stopping:
-            self._capture_will(w)
-            return
-        old = self.pending_wills.pop(w.client_id, None)
-        if old is not None:
-            old[0].cancel()
-            self._capture_will(old[1])
-        handle = self.loop.call_later(w.delay_s, self._will_due, w.client_id)
-        self.pending_wills[w.client_id] = (handle, w)
-
-    def _will_due(self, client_id: str) -> None:
-        pending = self.pending_wills.pop(client_id, None)
-        if pending is not None:
-            self._capture_will(pending[1])
-
-    def _capture_will(self, w: WillMessage) -> None:
-        try:
-            self.log.append(w.conn_id, w.key, w.frame, w.headers)
-        except CaptureError as exc:
-            self.log_failed(exc)
-            return
-        log.info("%s client=%s: will captured (%d bytes)", w.conn_id, w.client_id, len(w.frame))
-
     # ------------------------------------------------------------ timers
-    def _arm(self, conn: _Conn) -> None:
+    def _arm(self, conn: Connection) -> None:
         deadline = conn.session.deadline
         if deadline is None:
             if conn.timer is not None:
@@ -696,7 +430,7 @@ class EdgeServer:
         conn.timer_at = deadline
         conn.timer = self.loop.call_at(deadline, self._tick, conn)
 
-    def _tick(self, conn: _Conn) -> None:
+    def _tick(self, conn: Connection) -> None:
         conn.timer = None
         if conn.transport is None:
             return
@@ -704,67 +438,6 @@ class EdgeServer:
         if actions:
             self.perform(conn, actions)
         self._arm(conn)
-
-    # ------------------------------------------------------------ snapshots
-    def _configure_store(self) -> None:
-        e = self.edge
-        self.store.configure(e.persistent_session_expiry_s, e.max_persistent_sessions,
-                             e.max_stored_qos2_ids)
-
-    def _expire_sessions(self) -> None:
-        """Drop expired sessions, then those beyond the store's bounds (logged)."""
-        gone = self.store.expire(time.time())
-        if gone:
-            log.info("%d persistent sessions expired (first: client=%s)", len(gone), gone[0])
-        dropped = self.store.bound()
-        if dropped:
-            e = self.edge
-            log.warning("%d persistent sessions dropped, the longest disconnected first, with %d "
-                        "QoS 2 ids awaiting PUBREL: over edge.max_persistent_sessions = %d or "
-                        "edge.max_stored_qos2_ids = %d (first: client=%s); a PUBREL for a "
-                        "dropped id gets PUBCOMP 0x92 (MQTT 5), a re-sent PUBLISH is captured "
-                        "again", len(dropped), sum(n for _c, n in dropped),
-                        e.max_persistent_sessions, e.max_stored_qos2_ids, dropped[0][0])
-
-    async def _snapshot_loop(self) -> None:
-        while True:
-            await asyncio.sleep(SNAPSHOT_INTERVAL_S)
-            self._expire_sessions()
-            if self.log.next_seq != self._snapshot_seq:
-                try:
-                    await self.snapshot()
-                except Exception as exc:  # keep serving; the next snapshot retries
-                    log.error("edge session snapshot failed: %s", exc)
-
-    def owed_wills(self) -> dict[str, dict]:
-        """The Wills a crash now would leave owed, as the snapshot stores
-        them: delayed Wills still pending, and the Will of every open
-        connection (see ``bridge.edge.persist``)."""
-        out = {cid: w.to_json() for cid, (_handle, w) in self.pending_wills.items()}
-        for conn in self.conns:
-            w = conn.session.owed_will() if conn.session is not None else None
-            if w is not None:
-                out[w.client_id] = w.to_json()
-        return out
-
-    async def snapshot(self) -> None:
-        """Write the persistent sessions with the capture offsets they reflect,
-        once everything appended so far is durable (expired sessions and
-        those beyond the store's bounds dropped first)."""
-        self._expire_sessions()
-        doc = self.store.to_json()
-        wills = self.owed_wills()
-        offsets = self.log.next_offsets()
-        seq = self.log.next_seq
-        state_dir = self.config.edge_state_dir
-        stream = self.log.stream
-
-        def work() -> None:
-            self.log.flush()
-            write_snapshot(state_dir, doc, offsets, stream, wills)
-
-        await asyncio.to_thread(work)
-        self._snapshot_seq = seq
 
     # ------------------------------------------------------------ shutdown
     async def serve_until_stopped(self) -> None:
@@ -830,76 +503,4 @@ class EdgeServer:
             await asyncio.to_thread(self.log.close)
         log.info("edge stopped: %d connections served, %d refused",
                  self.stats["connections"], self.stats["refused"])
-
-
-class EdgeThread:
-    """Run an :class:`EdgeServer` on its own event loop in a thread (tests,
-    benchmarks, embedding). ``with EdgeThread(config) as edge: edge.port``."""
-
-    def __init__(self, config: Config, *, log: CaptureLog | None = None,
-                 start_timeout: float = 30.0) -> None:
-        self.config = config
-        self.server = EdgeServer(config, log=log)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="lakegate-edge", daemon=True)
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._start_timeout = start_timeout
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._main())
-        except BaseException as exc:  # reported by start()
-            self._error = exc
-            self._started.set()
-        finally:
-            self._loop.close()
-
-    async def _main(self) -> None:
-        try:
-            await self.server.start()
-        finally:
-            self._started.set()
-        await self.server.serve_until_stopped()
-        await self.server.shutdown()
-
-    def start(self) -> EdgeThread:
-        self._thread.start()
-        if not self._started.wait(self._start_timeout):
-            raise TimeoutError("the edge did not start in time")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def call(self, fn, *args, timeout: float = 30.0):
-        """Run ``fn(*args)`` on the edge's loop (coroutine functions are awaited)."""
-        async def run():
-            result = fn(*args)
-            if asyncio.iscoroutine(result):
-                result = await result
-            return result
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self._thread.is_alive():
-            try:
-                self._loop.call_soon_threadsafe(self.server.stop)
-            except RuntimeError:
-                pass
-            self._thread.join(timeout)
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def tls_port(self) -> int | None:
-        return self.server.tls_port
-
-    def __enter__(self) -> EdgeThread:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 

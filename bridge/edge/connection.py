@@ -1,0 +1,152 @@
+"""One client connection of the edge server: an :class:`asyncio.Protocol`
+that feeds the bytes it reads to its sans-IO
+:class:`~bridge.edge.session.Session` (the server performs the actions that
+come back) and writes the connection's outbound queue strictly in order:
+an acknowledgement leaves only once the record it answers is durable (and,
+with ``edge.ack_after = "forward"``, forwarded), so acknowledgements leave
+in the order their packets arrived [MQTT-4.6.0-2, -3]. Reading pauses for
+any of several reasons at once (``paused_by``: the password check, the
+capture log's back-pressure, a peer that does not read, shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from bridge.edge.session import Session
+
+if TYPE_CHECKING:
+    from bridge.edge.server import EdgeServer
+
+__all__ = ["Connection", "remote_address"]
+
+_WRITE_HIGH = 1 << 20  # transport write buffer: stop reading a peer that does not read
+#: Bytes read from a client while its password is checked before reading pauses
+#: (reading goes on so that a client that hangs up is noticed and not checked).
+_AUTH_READ_MAX = 64 * 1024
+
+
+def remote_address(peer) -> str:
+    """``host:port`` (``[host]:port`` for IPv6) of a transport's peer name."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(peer) if peer else "-"
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: transport, session, ordered outbound queue."""
+
+    def __init__(self, server: EdgeServer, tls: bool) -> None:
+        self.server = server
+        self.tls = tls
+        self.transport: asyncio.Transport | None = None
+        self.session: Session | None = None
+        self.conn_id = ""
+        self.remote = "-"
+        #: (future or None, (partition, offset) or None, bytes or None, quota or close reason)
+        self.queue: collections.deque = collections.deque()
+        self.last_fut: Future | None = None
+        self.ok_fut: Future | None = None
+        self.watching: Future | None = None
+        self.fwd_waiting = False
+        self.client = None  # ClientSession once accepted
+        self.ended = False  # the ClientSession was handed back to the store
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.paused_by: set[str] = set()
+        self.host = "-"  # remote address without the port (per-address limits)
+        self.auth_bytes = -1  # bytes read while the password is checked (-1: not checking)
+        self.buffered = 0  # bytes of an incomplete frame the session holds (as last counted)
+        self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
+        self.frames_at = 0  # session.frames_in when partial_since was set
+
+    # ------------------------------------------------------------ asyncio
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_WRITE_HIGH)
+        self.server._connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        srv = self.server
+        if self.auth_bytes >= 0:
+            self.auth_bytes += len(data)
+            if self.auth_bytes > _AUTH_READ_MAX:
+                self.pause("auth")
+        actions = self.session.receive_data(data, srv.loop.time())
+        if actions:
+            srv.perform(self, actions)
+        srv.account(self)
+        if srv.log_busy():
+            srv.throttle(self)
+
+    def eof_received(self):
+        return False  # close our side too
+
+    def connection_lost(self, exc) -> None:
+        self.server._connection_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.pause("write")
+
+    def resume_writing(self) -> None:
+        self.resume("write")
+
+    def pause(self, why: str) -> None:
+        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self.paused_by.add(why)
+
+    def resume(self, why: str) -> None:
+        self.paused_by.discard(why)
+        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------ output
+    def drain(self) -> None:
+        """Write every queued item whose conditions hold, in order."""
+        q = self.queue
+        transport = self.transport
+        if not q or transport is None:
+            return
+        out = []
+        quota = 0
+        ok = self.ok_fut
+        srv = self.server
+        while q:
+            fut, fwd, data, extra = q[0]
+            if fut is not None and fut is not ok:
+                if not fut.done():
+                    if self.watching is not fut:
+                        self.watching = fut
+                        srv.watch(fut, self)
+                    break
+                if fut.exception() is not None:
+                    srv.log_failed(fut.exception())
+                    q.clear()
+                    out.clear()
+                    transport.abort()
+                    return
+                ok = self.ok_fut = fut
+            if fwd is not None and not srv.forward.reached(*fwd):
+                if not self.fwd_waiting:
+                    self.fwd_waiting = True
+                    srv.forward.wait(fwd[0], fwd[1], self)
+                break
+            q.popleft()
+            if data is None:  # a Close
+                if out:
+                    transport.write(b"".join(out))
+                    out = []
+                q.clear()
+                transport.close()
+                break
+            out.append(data)
+            quota += extra
+        if out:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if quota:
+            self.session.quota_released(quota)

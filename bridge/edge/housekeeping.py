@@ -1,0 +1,118 @@
+"""The edge server's housekeeping of sessions that outlive connections.
+
+* Wills: captured now, or after the Will Delay Interval unless a connection
+  resumes the session first (``pending_wills``), and Wills recovered from
+  before a restart;
+* persistent sessions: expiry, and the store's bounds
+  (``edge.max_persistent_sessions``, ``edge.max_stored_qos2_ids``);
+* the session snapshot (``bridge.edge.persist``) every
+  :data:`~bridge.edge.persist.SNAPSHOT_INTERVAL_S` seconds, with the Wills a
+  crash would leave owed.
+
+:class:`SessionHousekeeping` is a part of
+:class:`~bridge.edge.server.EdgeServer` and works on its attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bridge.capture.errors import CaptureError
+from bridge.edge.persist import SNAPSHOT_INTERVAL_S, write_snapshot
+from bridge.edge.session import WillMessage
+
+__all__ = ["SessionHousekeeping"]
+
+log = logging.getLogger("bridge.edge")
+
+
+class SessionHousekeeping:
+    """Wills, session expiry and snapshots of the :class:`~bridge.edge.server.EdgeServer`."""
+
+    # ------------------------------------------------------------ wills
+    def _will(self, w: WillMessage) -> None:
+        if w.delay_s <= 0 or self._stopping:
+            self._capture_will(w)
+            return
+        old = self.pending_wills.pop(w.client_id, None)
+        if old is not None:
+            old[0].cancel()
+            self._capture_will(old[1])
+        handle = self.loop.call_later(w.delay_s, self._will_due, w.client_id)
+        self.pending_wills[w.client_id] = (handle, w)
+
+    def _will_due(self, client_id: str) -> None:
+        pending = self.pending_wills.pop(client_id, None)
+        if pending is not None:
+            self._capture_will(pending[1])
+
+    def _capture_will(self, w: WillMessage) -> None:
+        try:
+            self.log.append(w.conn_id, w.key, w.frame, w.headers)
+        except CaptureError as exc:
+            self.log_failed(exc)
+            return
+        log.info("%s client=%s: will captured (%d bytes)", w.conn_id, w.client_id, len(w.frame))
+
+    # ------------------------------------------------------------ snapshots
+    def _configure_store(self) -> None:
+        e = self.edge
+        self.store.configure(e.persistent_session_expiry_s, e.max_persistent_sessions,
+                             e.max_stored_qos2_ids)
+
+    def _expire_sessions(self) -> None:
+        """Drop expired sessions, then those beyond the store's bounds (logged)."""
+        gone = self.store.expire(time.time())
+        if gone:
+            log.info("%d persistent sessions expired (first: client=%s)", len(gone), gone[0])
+        dropped = self.store.bound()
+        if dropped:
+            e = self.edge
+            log.warning("%d persistent sessions dropped, the longest disconnected first, with %d "
+                        "QoS 2 ids awaiting PUBREL: over edge.max_persistent_sessions = %d or "
+                        "edge.max_stored_qos2_ids = %d (first: client=%s); a PUBREL for a "
+                        "dropped id gets PUBCOMP 0x92 (MQTT 5), a re-sent PUBLISH is captured "
+                        "again", len(dropped), sum(n for _c, n in dropped),
+                        e.max_persistent_sessions, e.max_stored_qos2_ids, dropped[0][0])
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SNAPSHOT_INTERVAL_S)
+            self._expire_sessions()
+            if self.log.next_seq != self._snapshot_seq:
+                try:
+                    await self.snapshot()
+                except Exception as exc:  # keep serving; the next snapshot retries
+                    log.error("edge session snapshot failed: %s", exc)
+
+    def owed_wills(self) -> dict[str, dict]:
+        """The Wills a crash now would leave owed, as the snapshot stores
+        them: delayed Wills still pending, and the Will of every open
+        connection (see ``bridge.edge.persist``)."""
+        out = {cid: w.to_json() for cid, (_handle, w) in self.pending_wills.items()}
+        for conn in self.conns:
+            w = conn.session.owed_will() if conn.session is not None else None
+            if w is not None:
+                out[w.client_id] = w.to_json()
+        return out
+
+    async def snapshot(self) -> None:
+        """Write the persistent sessions with the capture offsets they reflect,
+        once everything appended so far is durable (expired sessions and
+        those beyond the store's bounds dropped first)."""
+        self._expire_sessions()
+        doc = self.store.to_json()
+        wills = self.owed_wills()
+        offsets = self.log.next_offsets()
+        seq = self.log.next_seq
+        state_dir = self.config.edge_state_dir
+        stream = self.log.stream
+
+        def work() -> None:
+            self.log.flush()
+            write_snapshot(state_dir, doc, offsets, stream, wills)
+
+        await asyncio.to_thread(work)
+        self._snapshot_seq = seq
