@@ -21,6 +21,15 @@ address and the outcome, and the batch fails (Spark runs it again from the
 checkpoint). Nothing is dropped silently: expired messages and rows with no
 topic are counted and logged.
 
+Logs: a batch's first failed attempt is logged once, as a WARNING with its
+cause, however many messages it concerns; later attempts go to INFO
+(connections, links) or DEBUG (messages); a batch that succeeds after
+trouble logs one INFO summary, one that fails one ERROR line. A peer that
+goes silent (TCP open, no bytes) is noticed by the AMQP idle time-out
+(``amqp.idle_timeout_s``: the peer must send something, heartbeats
+included, in that time; proton declares the connection dead after at most
+twice that) and handled as a lost connection.
+
 Order: per link, messages go out in the order given (the sink gives capture
 order); a message sent again goes out before anything not yet sent on its
 link, but after what was already in flight when it failed.
@@ -47,7 +56,7 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from proton import Delivery, Handler, Link, SSLDomain, Terminus, symbol
@@ -79,6 +88,8 @@ MAX_BACKOFF_S = 30.0
 #: Mapped rows handed to the engine at a time, and the most not yet done.
 CHUNK = 1000
 WINDOW = 20000
+#: Seconds between two ``on_trouble`` calls of one batch (the cause may change per message).
+TROUBLE_REPORT_S = 1.0
 _TICK_BUSY_S = 0.05
 _TICK_IDLE_S = 1.0
 
@@ -151,7 +162,8 @@ def _cond(c: Any) -> str:
 
 # ------------------------------------------------------------------ state
 class _Batch:
-    __slots__ = ("result", "pending", "closed", "error", "done", "submitted", "finished", "room", "started")
+    __slots__ = ("result", "pending", "closed", "error", "done", "submitted", "finished", "room", "started",
+                 "trouble", "trouble_since", "troubles", "on_trouble", "trouble_told")
 
     def __init__(self) -> None:
         self.result = ForwardResult()
@@ -164,6 +176,11 @@ class _Batch:
         self.submitted = 0  # written by the caller only
         self.finished = 0  # written by the engine only
         self.started = time.monotonic()
+        self.trouble = ""  # the latest failure's cause, "" while there was none
+        self.trouble_since = 0.0  # wall-clock time of the batch's first failure
+        self.troubles = 0  # failed attempts (messages, connections, links) in this batch
+        self.on_trouble: Any = None  # called (cause, since) on the engine thread when the cause changes
+        self.trouble_told = 0.0  # monotonic time on_trouble was last called
 
 
 class _Item:
@@ -318,6 +335,10 @@ class _Engine(Handler):
     def _check_batch(self, batch: _Batch) -> None:
         if batch.error is None and batch.closed and batch.pending == 0:
             batch.result.seconds = time.monotonic() - batch.started
+            if batch.troubles:
+                log.info("AMQP batch forwarded after %d failed attempts (%d messages resent) in %.1fs; "
+                         "last cause: %s", batch.troubles, batch.result.retried, batch.result.seconds,
+                         batch.trouble)
             if batch in self.batches:
                 self.batches.remove(batch)
             batch.room.set()
@@ -351,13 +372,36 @@ class _Engine(Handler):
         batch.result.seconds = time.monotonic() - batch.started
         if batch in self.batches:
             self.batches.remove(batch)
-        log.error("AMQP forwarding failed: %s", err)
+        log.error("AMQP forwarding failed after %.1fs: %s", batch.result.seconds, err)
         batch.room.set()
         batch.done.set()
         # drop the batch's queued items; in-flight ones are ignored when they end
         for link in self.links.values():
             if any(i.batch is batch for i in link.queue):
                 link.queue = collections.deque(i for i in link.queue if i.batch is not batch)
+
+    def _trouble(self, batch: _Batch, cause: str, *, logged: bool = False) -> None:
+        """A failed attempt in ``batch``: the first one is logged (one WARNING
+        line per batch, however many messages fail; ``logged``: the caller
+        logged it already), later ones are counted and go to DEBUG; the
+        batch's ``on_trouble`` hears of a change of cause (at most once per
+        ``TROUBLE_REPORT_S``)."""
+        batch.troubles += 1
+        first = not batch.trouble
+        if first:
+            batch.trouble_since = time.time()
+            if not logged:
+                log.warning("AMQP forwarding trouble: %s; resending (each message up to %d times, "
+                            "the batch fails after that)", cause, self.cfg.max_retries)
+        changed = cause != batch.trouble
+        batch.trouble = cause
+        now = time.monotonic()
+        if changed and batch.on_trouble is not None and (first or now - batch.trouble_told >= TROUBLE_REPORT_S):
+            batch.trouble_told = now
+            try:
+                batch.on_trouble(cause, batch.trouble_since)
+            except Exception as exc:  # noqa: BLE001 - reporting must not stop forwarding
+                log.debug("on_trouble callback failed: %s", exc)
 
     # ---------------------------------------------------------- connection
     def _connect(self) -> None:
@@ -425,6 +469,10 @@ class _Engine(Handler):
         if self.stopping:
             self.container.stop()
             return
+        # each batch logs its first trouble once (WARNING), before its messages fail
+        verb = "lost" if was_up else "failed"
+        for b in list(self.batches):
+            self._trouble(b, f"connection to {self.url} {verb}: {condition}")
         requeue: dict[_Link, list[_Item]] = {}
         for link in list(self.links.values()):
             self._drop_sender(link)
@@ -443,7 +491,7 @@ class _Engine(Handler):
             # it worked for a while: try again at once, the count starts over
             self.conn_failures = 0
             self.reconnect_at = time.monotonic()
-            log.warning("AMQP connection to %s lost: %s; reconnecting", self.url, condition)
+            log.info("AMQP connection to %s lost: %s; reconnecting", self.url, condition)
             return
         # refused, or lost before anything was accepted: counts as a failed attempt
         self.conn_failures += 1
@@ -458,8 +506,8 @@ class _Engine(Handler):
             return
         delay = _backoff(self.cfg, self.conn_failures)
         self.reconnect_at = time.monotonic() + delay
-        log.warning("AMQP connection to %s failed: %s; retry %d/%d in %.2fs",
-                    self.url, condition, self.conn_failures, self.cfg.max_retries, delay)
+        log.info("AMQP connection to %s failed: %s; retry %d/%d in %.2fs",
+                 self.url, condition, self.conn_failures, self.cfg.max_retries, delay)
 
     def _ensure_session(self) -> Any:
         if self.session is None:
@@ -580,8 +628,10 @@ class _Engine(Handler):
             return
         delay = _backoff(self.cfg, link.attach_failures)
         link.not_before = time.monotonic() + delay
-        log.warning("AMQP peer refused the %s link to %r: %s; retry %d/%d in %.2fs",
-                    link.cls, link.address, condition, link.attach_failures, self.cfg.max_retries, delay)
+        for b in {i.batch for i in link.queue}:
+            self._trouble(b, f"the peer refused the {link.cls} link to {link.address!r}: {condition}")
+        log.info("AMQP peer refused the %s link to %r: %s; retry %d/%d in %.2fs",
+                 link.cls, link.address, condition, link.attach_failures, self.cfg.max_retries, delay)
 
     def on_link_flow(self, event: Any) -> None:
         link = self.by_name.get(event.link.name)
@@ -636,8 +686,9 @@ class _Engine(Handler):
             return
         delay = _backoff(self.cfg, item.attempts)
         item.not_before = time.monotonic() + delay
-        log.warning("AMQP %s to %r: %s; retry %d/%d in %.2fs",
-                    item.out.key, item.out.address, outcome, item.attempts, self.cfg.max_retries, delay)
+        log.debug("AMQP %s to %r: %s; retry %d/%d in %.2fs",
+                  item.out.key, item.out.address, outcome, item.attempts, self.cfg.max_retries, delay)
+        self._trouble(item.batch, f"{outcome} (address {item.out.address!r})")
         if requeue and link is not None:
             self._requeue(link, [item])
 
@@ -909,13 +960,17 @@ class Forwarder:
         return box[0]
 
     # ---------------------------------------------------------- forwarding
-    def forward(self, rows: Iterable[Mapping[str, Any]], *, now: float | None = None) -> ForwardResult:
+    def forward(self, rows: Iterable[Mapping[str, Any]], *, now: float | None = None,
+                on_trouble: Callable[[str, float], None] | None = None) -> ForwardResult:
         """Forward FORWARD_DDL rows (dicts), in the order given. Blocks until done.
 
         Returns the counts; raises :class:`ForwardError` when a message could
         not be delivered within the retry bound. ``now`` (epoch seconds)
         fixes the clock used for expiry at mapping time (default: the time
         each chunk is mapped); the ttl is recomputed at each send.
+        ``on_trouble(cause, since)`` is called, on the Forwarder's thread, at
+        the batch's first failed attempt and when the cause changes (at most
+        once per ``TROUBLE_REPORT_S``); ``since``: epoch seconds of the first.
         """
         cfg = self.config
         profile = PROFILES[cfg.profile]
@@ -938,16 +993,18 @@ class Forwarder:
                     continue
                 yield out
 
-        result = self.forward_mapped(mapped())
+        result = self.forward_mapped(mapped(), on_trouble=on_trouble)
         result.rows += pre.rows
         result.unroutable += pre.unroutable
         result.expired += pre.expired
         return result
 
-    def forward_mapped(self, items: Iterable[Outgoing]) -> ForwardResult:
+    def forward_mapped(self, items: Iterable[Outgoing], *,
+                       on_trouble: Callable[[str, float], None] | None = None) -> ForwardResult:
         """Forward already mapped messages; see :meth:`forward`."""
         self._ensure_thread()
         batch = _Batch()
+        batch.on_trouble = on_trouble
         chunk: list[_Item] = []
         try:
             for out in items:
