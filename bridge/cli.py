@@ -19,6 +19,7 @@ from typing import Sequence
 
 from bridge.config import Config, ConfigError, load_config
 from bridge.javacheck import JavaMissing
+from bridge.logs import LOG_FORMAT
 
 __all__ = ["COMMANDS", "UsageError", "common_parser", "main"]
 
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 def setup_logging(config: Config) -> None:
     logging.basicConfig(
         level=getattr(logging, config.log_level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
         stream=sys.stderr,
     )
     # py4j logs every gateway call at INFO.

@@ -17,6 +17,7 @@ from bridge.config import load_config
 from tests.amqp.peer import FakePeer, free_port
 from tests.amqp.proxy import BlackHoleProxy
 from tests.amqp.rows import row
+from tests.waiting import wait_for
 
 
 def cfg(url: str, *sets: str):
@@ -113,3 +114,58 @@ def test_black_holed_connection_is_noticed_and_logged_well_before_the_dispositio
         assert took < 15
     finally:
         logging.getLogger("bridge.amqp").removeHandler(watch)
+
+
+# ------------------------------------------------------------------ the sink on executors
+def test_sink_records_the_trouble_while_its_forwarder_retries_and_clears_it_after(tmp_path):
+    from bridge.amqp.sink import forward_rows
+    from bridge.amqp.trouble import read_troubles
+
+    with FakePeer(policy=lambda p, a, m, n: "accept" if n > 1 else "hold") as peer:
+        amqp = cfg(peer.url, "amqp.disposition_timeout_s=2", "amqp.retry_backoff_s=0.01")
+        t0 = time.time()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(forward_rows, iter(rows(20)), amqp, str(tmp_path))
+            wait_for(lambda: read_troubles(tmp_path), timeout=15, what="a trouble file")
+            [t] = read_troubles(tmp_path)
+            assert t["cause"] == "no disposition within 2s (address '/topic/a')"
+            assert t0 <= t["since"] <= t["time"] <= time.time()
+            assert fut.result(timeout=30).accepted == 20
+    assert read_troubles(tmp_path) == []
+
+
+@pytest.mark.subprocess
+def test_executor_log_lines_carry_timestamps(tmp_path):
+    """The sink's task body in a fresh interpreter (a Python worker has no
+    logging configured): its warning and error lines start with a time."""
+    import re
+    import subprocess
+    import sys
+
+    port = free_port()
+    code = f"""
+import pyarrow as pa
+from bridge.amqp.sink import _forward_arrow
+from bridge.config import load_config
+from schemas.ddl import to_arrow
+from schemas.forward import FORWARD_DDL
+from tests.amqp.rows import row
+from tests.waiting import wait_for
+amqp = load_config(None, ["amqp.url=amqp://127.0.0.1:{port}", "amqp.max_retries=1", "amqp.retry_backoff_s=0.01"],
+                   env={{}}).amqp
+rb = pa.RecordBatch.from_pylist([row("a", 0, qos=1, packet_id=1)], schema=to_arrow(FORWARD_DDL))
+try:
+    list(_forward_arrow(iter([rb]), amqp, {str(tmp_path)!r}, log_level="INFO"))
+except Exception as exc:
+    print(type(exc).__name__)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert proc.stdout.strip() == "ForwardError", proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if " bridge.amqp: " in ln]
+    assert any("WARNING bridge.amqp: AMQP forwarding trouble: connection to" in ln for ln in lines), proc.stderr
+    assert any("ERROR bridge.amqp: AMQP forwarding failed after" in ln for ln in lines), proc.stderr
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) bridge\.amqp: ")
+    bare = [ln for ln in proc.stderr.splitlines() if ln.strip() and not stamp.match(ln)
+            and not ln.startswith(("Traceback", " "))]
+    assert lines and all(stamp.match(ln) for ln in lines) and not bare, proc.stderr
