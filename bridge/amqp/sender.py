@@ -30,9 +30,12 @@ goes silent (TCP open, no bytes) is noticed by the AMQP idle time-out
 included, in that time; proton declares the connection dead after at most
 twice that) and handled as a lost connection.
 
-Order: per link, messages go out in the order given (the sink gives capture
-order); a message sent again goes out before anything not yet sent on its
-link, but after what was already in flight when it failed.
+Order: messages go out in the order given (the sink gives capture order),
+across links: QoS 0/1 and QoS 2, and all addresses, in one sequence (see
+``_Engine._send_in_order``), so that a peer handling a session's transfers
+in order keeps one MQTT connection's order across QoS levels. A message sent
+again goes out before anything not yet sent, but after what was already in
+flight when it failed.
 
 RabbitMQ 3.x refuses an unusable address by ending the whole *session*
 (``amqp:not-found``, ``amqp:invalid-field``), which takes the other links
@@ -48,6 +51,7 @@ URL); logs show addresses, counts and sizes only.
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
 import logging
 import os
@@ -732,42 +736,71 @@ class _Engine(Handler):
                         continue
                     attaching += 1
                 self._attach(link)
-            elif link.state == "up":
-                self._send(link, now)
+        self._send_in_order(now)
 
-    def _send(self, link: _Link, now: float) -> None:
-        s = link.sender
-        q = link.queue
+    def _send_in_order(self, now: float) -> None:
+        """Send queued messages across all links in one order: by ``seq``, the
+        order ``forward`` was given them (capture order), whatever their QoS
+        level or address. The next message in that order goes first; when its
+        link cannot take it yet (attaching, no credit, a resend waiting for
+        its backoff) nothing later goes either, so that a peer that handles
+        one session's transfers in order (RabbitMQ 3.x does) receives one MQTT
+        connection's messages in the order they were published."""
+        heads: list[tuple[int, int, _Link]] = []
+        for n, link in enumerate(self.links.values()):
+            if self._head(link) is not None:
+                heads.append((link.queue[0].seq, n, link))
+        if not heads:
+            return
+        heapq.heapify(heads)
         wall = time.time()
-        while q and s.credit > 0:
+        while heads:
+            _, n, link = heads[0]
+            item = link.queue[0]
+            s = link.sender
+            if link.state != "up" or s.credit <= 0 or item.not_before > now:
+                return
+            link.queue.popleft()
+            self._transfer(link, item, now, wall)
+            if self._head(link) is None:
+                heapq.heappop(heads)
+            else:
+                heapq.heapreplace(heads, (link.queue[0].seq, n, link))
+
+    @staticmethod
+    def _head(link: _Link) -> "_Item | None":
+        """The link's next message to send (dropping those already done or of a failed batch)."""
+        q = link.queue
+        while q:
             item = q[0]
-            if item.done or item.batch.error is not None:
-                q.popleft()
-                continue
-            if item.not_before > now:
-                break
+            if not item.done and item.batch.error is None:
+                return item
             q.popleft()
-            out = item.out
-            data = wire_bytes(out, wall)
-            if data is None:
-                self._item_done(item, "expired")
-                continue
-            dlv = s.delivery(str(item.seq))
-            s.stream(data)
-            s.advance()
-            r = item.batch.result
-            r.transfers += 1
-            if item.attempts:
-                r.retried += 1
-            link.last_used = now
-            if out.qos == 0:
-                self._item_done(item, "qos0")
-                continue
-            dlv.lg_item = item
-            item.delivery = dlv
-            item.sent_at = now
-            link.inflight[item.seq] = item
-            self.inflight_order.append((now, item, dlv))
+        return None
+
+    def _transfer(self, link: _Link, item: _Item, now: float, wall: float) -> None:
+        out = item.out
+        data = wire_bytes(out, wall)
+        if data is None:
+            self._item_done(item, "expired")
+            return
+        s = link.sender
+        dlv = s.delivery(str(item.seq))
+        s.stream(data)
+        s.advance()
+        r = item.batch.result
+        r.transfers += 1
+        if item.attempts:
+            r.retried += 1
+        link.last_used = now
+        if out.qos == 0:
+            self._item_done(item, "qos0")
+            return
+        dlv.lg_item = item
+        item.delivery = dlv
+        item.sent_at = now
+        link.inflight[item.seq] = item
+        self.inflight_order.append((now, item, dlv))
 
     def tick(self) -> None:
         try:
