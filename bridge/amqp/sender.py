@@ -30,12 +30,13 @@ goes silent (TCP open, no bytes) is noticed by the AMQP idle time-out
 included, in that time; proton declares the connection dead after at most
 twice that) and handled as a lost connection.
 
-Order: messages go out in the order given (the sink gives capture order),
-across links: QoS 0/1 and QoS 2, and all addresses, in one sequence (see
+Order: per address, messages go out in the order given (the sink gives
+capture order) across its two links, QoS 0/1 and QoS 2 (see
 ``_Engine._send_in_order``), so that a peer handling a session's transfers
-in order keeps one MQTT connection's order across QoS levels. A message sent
-again goes out before anything not yet sent, but after what was already in
-flight when it failed.
+in order keeps one MQTT connection's order per topic across QoS levels.
+Different addresses do not wait for each other. A message sent again goes
+out before anything not yet sent to its address, but after what was already
+in flight when it failed.
 
 RabbitMQ 3.x refuses an unusable address by ending the whole *session*
 (``amqp:not-found``, ``amqp:invalid-field``), which takes the other links
@@ -51,7 +52,6 @@ URL); logs show addresses, counts and sizes only.
 from __future__ import annotations
 
 import collections
-import heapq
 import itertools
 import logging
 import os
@@ -67,6 +67,7 @@ from proton import Delivery, Handler, Link, SSLDomain, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from bridge.amqp.mapping import (
+    LINK_QOS01,
     LINK_QOS2,
     PROFILES,
     MappingError,
@@ -736,36 +737,35 @@ class _Engine(Handler):
                         continue
                     attaching += 1
                 self._attach(link)
-        self._send_in_order(now)
+        addresses = {link.address for link in dirty if link.queue}
+        if addresses:
+            wall = time.time()
+            for address in addresses:
+                self._send_in_order(address, now, wall)
 
-    def _send_in_order(self, now: float) -> None:
-        """Send queued messages across all links in one order: by ``seq``, the
-        order ``forward`` was given them (capture order), whatever their QoS
-        level or address. The next message in that order goes first; when its
-        link cannot take it yet (attaching, no credit, a resend waiting for
-        its backoff) nothing later goes either, so that a peer that handles
-        one session's transfers in order (RabbitMQ 3.x does) receives one MQTT
-        connection's messages in the order they were published."""
-        heads: list[tuple[int, int, _Link]] = []
-        for n, link in enumerate(self.links.values()):
-            if self._head(link) is not None:
-                heads.append((link.queue[0].seq, n, link))
-        if not heads:
-            return
-        heapq.heapify(heads)
-        wall = time.time()
-        while heads:
-            _, n, link = heads[0]
+    def _send_in_order(self, address: str, now: float, wall: float) -> None:
+        """Send what can go now to ``address``, over its two links (QoS 0/1
+        and QoS 2) in one order: by ``seq``, the order ``forward`` was given
+        the messages (capture order), whatever their QoS level. When the next
+        message's link cannot take it yet (attaching, no credit, a resend
+        waiting for its backoff), nothing later to that address goes either,
+        so a peer that handles one session's transfers in order (RabbitMQ 3.x
+        does) receives a topic's messages from one MQTT connection in the
+        order they were published, across QoS levels. Different addresses do
+        not wait for each other: each link's messages go out in runs, which
+        is what keeps many topics fast (a transfer that switches links costs
+        proton an event)."""
+        links = [lk for lk in (self.links.get((address, LINK_QOS01)), self.links.get((address, LINK_QOS2)))
+                 if lk is not None and self._head(lk) is not None]
+        while links:
+            link = links[0] if len(links) == 1 or links[0].queue[0].seq < links[1].queue[0].seq else links[1]
             item = link.queue[0]
-            s = link.sender
-            if link.state != "up" or s.credit <= 0 or item.not_before > now:
+            if link.state != "up" or link.sender.credit <= 0 or item.not_before > now:
                 return
             link.queue.popleft()
             self._transfer(link, item, now, wall)
             if self._head(link) is None:
-                heapq.heappop(heads)
-            else:
-                heapq.heapreplace(heads, (link.queue[0].seq, n, link))
+                links.remove(link)
 
     @staticmethod
     def _head(link: _Link) -> "_Item | None":
