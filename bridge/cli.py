@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "edge and streaming job together: the embedded default (Ctrl-C stops cleanly)"),
     "demo": ("demo", "publish a realistic workload through the edge and show the tables and forwarding"),
     "process": ("process", "run the streaming job in this process (--once: process what is there, then exit)"),
-    "status": ("status", "the job's last batch and its current lag"),
+    "status": ("status", "a failure going on now, the job's last batch and its current lag"),
     "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),
     "compact": ("compact", "expire retained messages, compact small files, vacuum old ones"),
     "edge": ("edge", "run the MQTT edge server until SIGINT/SIGTERM"),
