@@ -110,7 +110,8 @@ def format_failure(f: Mapping, now: float | None = None) -> str:
     now = time.time() if now is None else now
     since = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(f["since"]))
     runs = f" ({f['failures']} failed batch run{'s' if f['failures'] != 1 else ''})" if f.get("failures") else ""
-    return f"FAILING since {since} ({now - f['since']:.0f}s){runs}: {f['cause']}"
+    seen = f", last reported {now - f['time']:.0f}s ago" if now - f["time"] >= 1 else ""
+    return f"FAILING since {since} ({now - f['since']:.0f}s{seen}){runs}: {f['cause']}"
 
 
 def _listener_base():
