@@ -93,7 +93,7 @@ MAX_BACKOFF_S = 30.0
 #: Mapped rows handed to the engine at a time, and the most not yet done.
 CHUNK = 1000
 WINDOW = 20000
-#: Seconds between two ``on_trouble`` calls of one batch (the cause may change per message).
+#: Seconds between two ``on_trouble`` calls of one batch (a failed attempt may come per message).
 TROUBLE_REPORT_S = 1.0
 _TICK_BUSY_S = 0.05
 _TICK_IDLE_S = 1.0
@@ -184,7 +184,7 @@ class _Batch:
         self.trouble = ""  # the latest failure's cause, "" while there was none
         self.trouble_since = 0.0  # wall-clock time of the batch's first failure
         self.troubles = 0  # failed attempts (messages, connections, links) in this batch
-        self.on_trouble: Any = None  # called (cause, since) on the engine thread when the cause changes
+        self.on_trouble: Any = None  # called (cause, since) on the engine thread: see _trouble
         self.trouble_told = 0.0  # monotonic time on_trouble was last called
 
 
@@ -389,8 +389,8 @@ class _Engine(Handler):
         """A failed attempt in ``batch``: the first one is logged (one WARNING
         line per batch, however many messages fail; ``logged``: the caller
         logged it already), later ones are counted and go to DEBUG; the
-        batch's ``on_trouble`` hears of a change of cause (at most once per
-        ``TROUBLE_REPORT_S``)."""
+        batch's ``on_trouble`` hears of it (at once for the first, then at most
+        once per ``TROUBLE_REPORT_S``), so its report stays fresh while it lasts."""
         batch.troubles += 1
         first = not batch.trouble
         if first:
@@ -398,10 +398,9 @@ class _Engine(Handler):
             if not logged:
                 log.warning("AMQP forwarding trouble: %s; resending (each message up to %d times, "
                             "the batch fails after that)", cause, self.cfg.max_retries)
-        changed = cause != batch.trouble
         batch.trouble = cause
         now = time.monotonic()
-        if changed and batch.on_trouble is not None and (first or now - batch.trouble_told >= TROUBLE_REPORT_S):
+        if batch.on_trouble is not None and (first or now - batch.trouble_told >= TROUBLE_REPORT_S):
             batch.trouble_told = now
             try:
                 batch.on_trouble(cause, batch.trouble_since)
@@ -1002,8 +1001,8 @@ class Forwarder:
         fixes the clock used for expiry at mapping time (default: the time
         each chunk is mapped); the ttl is recomputed at each send.
         ``on_trouble(cause, since)`` is called, on the Forwarder's thread, at
-        the batch's first failed attempt and when the cause changes (at most
-        once per ``TROUBLE_REPORT_S``); ``since``: epoch seconds of the first.
+        the batch's first failed attempt and then at later ones, at most once
+        per ``TROUBLE_REPORT_S``; ``since``: epoch seconds of the first.
         """
         cfg = self.config
         profile = PROFILES[cfg.profile]

@@ -3,7 +3,8 @@
 A task's Forwarder retries for a while (``amqp.max_retries`` with backoff)
 before the batch fails, and only then does the driver hear of it. So that
 ``lakegate status`` shows an outage while it lasts, the sink writes, at a
-task's first failed attempt and when the cause changes, one small JSON file
+task's first failed attempt and then at most once a second while attempts
+keep failing, one small JSON file
 per Python worker process: ``<data_dir>/forward-trouble/<host>-<pid>.json``
 = ``{"cause", "since", "time", "host", "pid"}`` (``since``: epoch seconds of
 the first failed attempt; ``time``: of this report). The worker removes its
