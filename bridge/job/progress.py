@@ -19,9 +19,9 @@ failed is not reported twice.
 Failures: when the query fails (a batch could not be forwarded, ...) the
 listener adds ``"failure": {"since", "cause", "failures", "time"}`` to the
 status file, next to the last completed batch; ``since`` is the first
-failure since the last completed batch (consecutive failures keep it, and it
-includes the executors' first failed attempt, from
-``bridge.amqp.trouble``). The next completed batch removes it.
+failure since the last completed batch (consecutive failures keep it, also
+across a restart of the job, and it includes the executors' first failed
+attempt, from ``bridge.amqp.trouble``). The next completed batch removes it.
 :func:`current_failure` joins it with the executors' trouble files, so
 ``lakegate status`` shows an outage from its first failed attempt on, while
 the forwarders are still retrying.
@@ -40,7 +40,8 @@ from typing import Callable, Mapping
 
 from bridge.job.batch import BatchStats, is_stop_requested, query_id_from_checkpoint
 
-__all__ = ["ProgressListener", "committed_offsets", "current_failure", "format_line", "lag", "format_failure", "read_status"]
+__all__ = ["ProgressListener", "committed_offsets", "current_failure", "format_failure", "format_line", "lag",
+           "read_status"]
 
 log = logging.getLogger("bridge.job.progress")
 
@@ -84,7 +85,8 @@ def read_status(data_dir: str | Path) -> dict | None:
 
 
 def current_failure(data_dir: str | Path, status: Mapping | None = None) -> dict | None:
-    """The failure going on now, or None: ``{"since", "cause", "time"}``.
+    """The failure going on now, or None: ``{"since", "cause", "time", "failures"}``
+    (``failures``: failed batch runs, 0 while only the forwarders report trouble).
 
     Joins the status file's ``failure`` (the query failed) and the executors'
     trouble files reported after the last completed batch (forwarders
@@ -196,9 +198,10 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
 
         now = time.time()
         with self._lock:
-            prev = self.failure
-            since = prev["since"] if prev else now
             last = read_status(self.data_dir) or {}
+            # a job started again (lakegate process under a scheduler) continues the file's failure
+            prev = self.failure or last.get("failure")
+            since = prev["since"] if prev else now
             for t in read_troubles(self.data_dir, after=float(last.get("time", 0) or 0)):
                 since = min(since, float(t["since"]))
             self.failure = {"since": since, "cause": cause[:1000], "failures": (prev or {}).get("failures", 0) + 1,
@@ -260,8 +263,9 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         line = format_line(d)
         self.lines.append(line)
         if self.failure is not None:
-            log.info("%s (recovered: failing since %s, %d failed batch runs)", line,
-                     time.strftime("%H:%M:%S", time.localtime(self.failure["since"])), self.failure["failures"])
+            n = self.failure["failures"]
+            log.info("%s (recovered: failing since %s, %d failed batch run%s)", line,
+                     time.strftime("%H:%M:%S", time.localtime(self.failure["since"])), n, "s" if n != 1 else "")
         else:
             log.info("%s", line)
         from bridge.amqp.trouble import clear_troubles

@@ -147,6 +147,10 @@ def test_failed_query_is_in_the_status_file_with_cause_and_since_until_a_batch_c
     assert re.fullmatch(r"FAILING since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4} \(42s, last reported \d+s ago\) "
                         r"\(2 failed batch runs\): ForwardError: AMQP connection to .* \(6 attempts\)", line), line
     assert "last reported" not in format_failure(now, now=again["time"] + 0.5)  # a report just now
+    restarted = ProgressListener(tmp_path, log_end=listener.log_end, checkpoint=listener.checkpoint)
+    restarted.onQueryTerminated(_terminated(FORWARD_FAILED))  # the job started again, failed again
+    assert read_status(tmp_path)["failure"]["since"] == first["since"]
+    assert read_status(tmp_path)["failure"]["failures"] == 3
     listener.record(_stats(1, 5, forwarded=5))
     listener.report(_progress(1, 5))  # recovered
     assert "failure" not in read_status(tmp_path) and current_failure(tmp_path) is None
