@@ -160,7 +160,7 @@ amqp = load_config(None, ["amqp.url=amqp://127.0.0.1:{port}", "amqp.max_retries=
                    env={{}}).amqp
 rb = pa.RecordBatch.from_pylist([row("a", 0, qos=1, packet_id=1)], schema=to_arrow(FORWARD_DDL))
 try:
-    list(_forward_arrow(iter([rb]), amqp, {str(tmp_path)!r}, log_level="INFO"))
+    list(_forward_arrow(iter([rb]), amqp, {str(tmp_path)!r}))
 except Exception as exc:
     print(type(exc).__name__)
 """
