@@ -33,7 +33,8 @@ twice that) and handled as a lost connection.
 Order: per address, messages go out in the order given (the sink gives
 capture order) across its two links, QoS 0/1 and QoS 2 (see
 ``_Engine._send_in_order``), so that a peer handling a session's transfers
-in order keeps one MQTT connection's order per topic across QoS levels.
+in order keeps one MQTT connection's order per topic across QoS levels
+(more than [MQTT-4.6.0-5] asks: per topic and QoS level).
 Different addresses do not wait for each other. A message sent again goes
 out before anything not yet sent to its address, but after what was already
 in flight when it failed.

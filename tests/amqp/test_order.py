@@ -1,7 +1,8 @@
 """Order across QoS levels: messages of one MQTT connection (one capture
 partition, in capture order) to one topic reach the AMQP peer in that order,
 although QoS 0/1 and QoS 2 travel on two links per address (the seed's
-design). MQTT 5.0 section 4.6 asks only for order per topic and QoS level;
+design). MQTT 5.0 section 4.6 asks only for order per topic and QoS level
+[MQTT-4.6.0-5] (every topic ordered by default, [MQTT-4.6.0-6]);
 lakegate keeps order per topic across QoS levels, not across topics (resends
 excepted; see the README's AMQP forwarding, Order)."""
 
@@ -41,7 +42,7 @@ def per_topic(keys: list[str], rows: list[dict]) -> dict[str, list[str]]:
     return out
 
 
-def test_mixed_qos_messages_of_a_topic_go_out_on_the_wire_in_the_order_given():
+def test_mqtt_4_6_0_5_mixed_qos_messages_of_a_topic_go_out_on_the_wire_in_the_order_given():
     batch = mixed(["a/b", "c"], 300)
     later = [dict(r, offset=r["offset"] + 10000, seq=r["seq"] + 10000) for r in mixed(["a/b", "c"], 30)]
     with FakePeer() as peer:
@@ -58,7 +59,7 @@ def test_mixed_qos_messages_of_a_topic_go_out_on_the_wire_in_the_order_given():
 
 
 @pytest.mark.broker
-def test_a_rabbitmq_consumer_receives_a_topics_mixed_qos_messages_in_publish_order(consumer, make_config):
+def test_mqtt_4_6_0_5_a_rabbitmq_consumer_receives_a_topics_mixed_qos_messages_in_publish_order(consumer, make_config):
     topic = consumer.topic("order")
     batch = mixed([topic], 600)
     with Forwarder(make_config()) as fwd:

@@ -128,7 +128,7 @@ def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp
             if qos == 2:
                 rels = [x for x in msgs if x.subject == "pubrel"]
                 assert rels and rels[0].id == m.id and rels[0].address == topic
-        # MQTT 5.0 4.6 asks for order per topic and QoS; lakegate keeps a topic's order across QoS levels
+        # [MQTT-4.6.0-5] asks for order per topic and QoS; lakegate keeps a topic's order across QoS levels
         got = [bytes(m.body) for m in consumer.wait(order_topic, 30 + 10) if m.subject == "publish"]
         assert got == order_payloads
         data = [m for m in consumer.wait(f"{prefix}/dev/5/data", 1) if m.subject == "publish"][0]
