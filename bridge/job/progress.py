@@ -148,6 +148,8 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         self.lines: deque[str] = deque(maxlen=LINES_KEPT)
         #: the failure since the last completed batch (``record_failure``), else None
         self.failure: dict | None = None
+        #: set by ``lakegate run``'s supervisor, which logs a failed query itself
+        self.supervised = False
 
     def record(self, stats: BatchStats) -> None:
         """Called by the batch step (same driver process) before Spark reports progress."""
@@ -187,7 +189,9 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
             from bridge.job.runner import root_cause
 
             cause = root_cause(event.exception)
-            log.error("query terminated with error: %s", cause[:500])
+            # under `lakegate run` the supervisor logs the failure, with its restart, in one line
+            level = logging.DEBUG if self.supervised else logging.ERROR
+            log.log(level, "query terminated with error: %s", cause[:500])
             self.record_failure(cause)
         else:
             log.info("query stopped")

@@ -197,6 +197,10 @@ class Runner:
         from bridge.job.pipeline import start_query
 
         failures = 0  # consecutive runs of the query that failed without completing a batch
+        if spark is not None:
+            from bridge.job.pipeline import progress_listener
+
+            progress_listener(spark, self.config).supervised = True  # one line per failure: ours
         while not self._stop.is_set():
             query = start_query(spark, self.config, stop=self._stop)
             failure: str | None = None

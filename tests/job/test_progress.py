@@ -157,6 +157,16 @@ def test_failed_query_is_in_the_status_file_with_cause_and_since_until_a_batch_c
     assert listener.lines[-1].startswith("batch 1:")
 
 
+def test_one_driver_line_per_failed_batch_run_under_the_supervisor(listener, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="bridge.job.progress")
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))
+    listener.supervised = True  # lakegate run: the supervisor logs "job: micro-batch failed (...)"
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))
+    levels = [r.levelno for r in caplog.records if r.getMessage().startswith("query terminated with error: ")]
+    assert levels == [logging.ERROR, logging.DEBUG]
+    assert read_status(tmp_path)["failure"]["failures"] == 2  # recorded either way
+
+
 def test_a_stop_request_is_not_a_failure(listener, tmp_path):
     listener.onQueryTerminated(_terminated("StopRequested: stop requested: batch 4 runs again"))
     listener.onQueryTerminated(_terminated(None))
