@@ -30,6 +30,7 @@ from bridge.capture.errors import CaptureError
 from bridge.config import PATH_KEYS, Config, ConfigError, load_config
 from bridge.edge.auth import PasswordFileError
 from bridge.javacheck import JavaMissing
+from bridge.logs import LOG_FORMAT
 
 __all__ = ["COMMANDS", "UsageError", "common_parser", "failure_line", "main"]
 
@@ -50,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "edge and streaming job together: the embedded default (Ctrl-C stops cleanly)"),
     "demo": ("demo", "publish a realistic workload through the edge and show the tables and forwarding"),
     "process": ("process", "run the streaming job in this process (--once: process what is there, then exit)"),
-    "status": ("status", "the job's last batch and its current lag"),
+    "status": ("status", "a failure going on now, the job's last batch and its current lag"),
     "sql": ("sql", "run Spark SQL over the messages, retained and quarantine tables"),
     "compact": ("compact", "expire retained messages, compact small files, vacuum old ones"),
     "edge": ("edge", "run the MQTT edge server until SIGINT/SIGTERM"),
@@ -97,7 +98,7 @@ def _not_py4j_via_root(record: logging.LogRecord) -> bool:
 def setup_logging(config: Config) -> None:
     logging.basicConfig(
         level=getattr(logging, config.log_level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
         stream=sys.stderr,
     )
     for handler in logging.getLogger().handlers:

@@ -180,7 +180,9 @@ class AmqpConfig:
     username: str = ""
     password: str = ""
     tls_ca_file: str = ""
-    idle_timeout_s: float = 60.0
+    #: AMQP idle time-out: a peer silent (heartbeats included) for up to twice
+    #: this is taken for dead (a black-holed connection) and reconnected.
+    idle_timeout_s: float = 5.0
     link_idle_s: float = 300.0
     disposition_timeout_s: float = 30.0
     max_retries: int = 5

@@ -8,7 +8,9 @@ sender, and the Spark foreachBatch sink that runs it on the executors.
 * :mod:`bridge.amqp.sender` -- :class:`~bridge.amqp.sender.Forwarder`;
 * :mod:`bridge.amqp.sink` -- ``forward_batch(df, batch_id, config)``;
 * :mod:`bridge.amqp.forwarded` -- the forward-acknowledgement channel the
-  edge reads (:class:`~bridge.amqp.forwarded.ForwardedOffsets`).
+  edge reads (:class:`~bridge.amqp.forwarded.ForwardedOffsets`);
+* :mod:`bridge.amqp.trouble` -- what the executors' Forwarders are failing
+  on while they retry, for ``lakegate status``.
 
 Importing this package imports neither proton nor Spark.
 """

@@ -23,9 +23,23 @@ a row no message can be made of (no topic, a value no AMQP field holds) is
 set aside as unforwardable (:mod:`bridge.amqp.unforwardable`): counted,
 logged and returned in ``ForwardResult.failures``, never retried.
 
-Order: per link, messages go out in the order given (the sink gives capture
-order); a message sent again goes out before anything not yet sent on its
-link, but after what was already in flight when it failed.
+Logs: a batch's first failed attempt is logged once, as a WARNING with its
+cause, however many messages it concerns; later attempts go to INFO
+(connections, links) or DEBUG (messages); a batch that succeeds after
+trouble logs one INFO summary, one that fails one ERROR line. A peer that
+goes silent (TCP open, no bytes) is noticed by the AMQP idle time-out
+(``amqp.idle_timeout_s``: the peer must send something, heartbeats
+included, in that time; proton declares the connection dead after at most
+twice that) and handled as a lost connection.
+
+Order: per address, messages go out in the order given (the sink gives
+capture order) across its two links, QoS 0/1 and QoS 2 (see
+``_Engine._send_in_order``), so that a peer handling a session's transfers
+in order keeps one MQTT connection's order per topic across QoS levels
+(more than [MQTT-4.6.0-5] asks: per topic and QoS level).
+Different addresses do not wait for each other. A message sent again goes
+out before anything not yet sent to its address, but after what was already
+in flight when it failed.
 
 RabbitMQ 3.x refuses an unusable address by ending the whole *session*
 (``amqp:not-found``, ``amqp:invalid-field``), which takes the other links
@@ -49,13 +63,14 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from proton import Delivery, Handler, Link, SSLDomain, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from bridge.amqp.mapping import (
+    LINK_QOS01,
     LINK_QOS2,
     PROFILES,
     MappingError,
@@ -82,6 +97,8 @@ MAX_BACKOFF_S = 30.0
 #: Mapped rows handed to the engine at a time, and the most not yet done.
 CHUNK = 1000
 WINDOW = 20000
+#: Seconds between two ``on_trouble`` calls of one batch (a failed attempt may come per message).
+TROUBLE_REPORT_S = 1.0
 _TICK_BUSY_S = 0.05
 _TICK_IDLE_S = 1.0
 
@@ -158,7 +175,8 @@ def _cond(c: Any) -> str:
 
 # ------------------------------------------------------------------ state
 class _Batch:
-    __slots__ = ("result", "pending", "closed", "error", "done", "submitted", "finished", "room", "started")
+    __slots__ = ("result", "pending", "closed", "error", "done", "submitted", "finished", "room", "started",
+                 "trouble", "trouble_since", "troubles", "on_trouble", "trouble_told")
 
     def __init__(self) -> None:
         self.result = ForwardResult()
@@ -171,6 +189,11 @@ class _Batch:
         self.submitted = 0  # written by the caller only
         self.finished = 0  # written by the engine only
         self.started = time.monotonic()
+        self.trouble = ""  # the latest failure's cause, "" while there was none
+        self.trouble_since = 0.0  # wall-clock time of the batch's first failure
+        self.troubles = 0  # failed attempts (messages, connections, links) in this batch
+        self.on_trouble: Any = None  # called (cause, since) on the engine thread: see _trouble
+        self.trouble_told = 0.0  # monotonic time on_trouble was last called
 
 
 class _Item:
@@ -325,6 +348,10 @@ class _Engine(Handler):
     def _check_batch(self, batch: _Batch) -> None:
         if batch.error is None and batch.closed and batch.pending == 0:
             batch.result.seconds = time.monotonic() - batch.started
+            if batch.troubles:
+                log.info("AMQP batch forwarded after %d failed attempts (%d messages resent) in %.1fs; "
+                         "last cause: %s", batch.troubles, batch.result.retried, batch.result.seconds,
+                         batch.trouble)
             if batch in self.batches:
                 self.batches.remove(batch)
             batch.room.set()
@@ -360,13 +387,35 @@ class _Engine(Handler):
         batch.result.seconds = time.monotonic() - batch.started
         if batch in self.batches:
             self.batches.remove(batch)
-        log.error("AMQP forwarding failed: %s", err)
+        log.error("AMQP forwarding failed after %.1fs: %s", batch.result.seconds, err)
         batch.room.set()
         batch.done.set()
         # drop the batch's queued items; in-flight ones are ignored when they end
         for link in self.links.values():
             if any(i.batch is batch for i in link.queue):
                 link.queue = collections.deque(i for i in link.queue if i.batch is not batch)
+
+    def _trouble(self, batch: _Batch, cause: str, *, logged: bool = False) -> None:
+        """A failed attempt in ``batch``: the first one is logged (one WARNING
+        line per batch, however many messages fail; ``logged``: the caller
+        logged it already), later ones are counted and go to DEBUG; the
+        batch's ``on_trouble`` hears of it (at once for the first, then at most
+        once per ``TROUBLE_REPORT_S``), so its report stays fresh while it lasts."""
+        batch.troubles += 1
+        first = not batch.trouble
+        if first:
+            batch.trouble_since = time.time()
+            if not logged:
+                log.warning("AMQP forwarding trouble: %s; resending (each message up to %d times, "
+                            "the batch fails after that)", cause, self.cfg.max_retries)
+        batch.trouble = cause
+        now = time.monotonic()
+        if batch.on_trouble is not None and (first or now - batch.trouble_told >= TROUBLE_REPORT_S):
+            batch.trouble_told = now
+            try:
+                batch.on_trouble(cause, batch.trouble_since)
+            except Exception as exc:  # noqa: BLE001 - reporting must not stop forwarding
+                log.debug("on_trouble callback failed: %s", exc)
 
     # ---------------------------------------------------------- connection
     def _connect(self) -> None:
@@ -434,6 +483,10 @@ class _Engine(Handler):
         if self.stopping:
             self.container.stop()
             return
+        # each batch logs its first trouble once (WARNING), before its messages fail
+        verb = "lost" if was_up else "failed"
+        for b in list(self.batches):
+            self._trouble(b, f"connection to {self.url} {verb}: {condition}")
         requeue: dict[_Link, list[_Item]] = {}
         for link in list(self.links.values()):
             self._drop_sender(link)
@@ -452,7 +505,7 @@ class _Engine(Handler):
             # it worked for a while: try again at once, the count starts over
             self.conn_failures = 0
             self.reconnect_at = time.monotonic()
-            log.warning("AMQP connection to %s lost: %s; reconnecting", self.url, condition)
+            log.info("AMQP connection to %s lost: %s; reconnecting", self.url, condition)
             return
         # refused, or lost before anything was accepted: counts as a failed attempt
         self.conn_failures += 1
@@ -467,8 +520,8 @@ class _Engine(Handler):
             return
         delay = _backoff(self.cfg, self.conn_failures)
         self.reconnect_at = time.monotonic() + delay
-        log.warning("AMQP connection to %s failed: %s; retry %d/%d in %.2fs",
-                    self.url, condition, self.conn_failures, self.cfg.max_retries, delay)
+        log.info("AMQP connection to %s failed: %s; retry %d/%d in %.2fs",
+                 self.url, condition, self.conn_failures, self.cfg.max_retries, delay)
 
     def _ensure_session(self) -> Any:
         if self.session is None:
@@ -589,8 +642,10 @@ class _Engine(Handler):
             return
         delay = _backoff(self.cfg, link.attach_failures)
         link.not_before = time.monotonic() + delay
-        log.warning("AMQP peer refused the %s link to %r: %s; retry %d/%d in %.2fs",
-                    link.cls, link.address, condition, link.attach_failures, self.cfg.max_retries, delay)
+        for b in {i.batch for i in link.queue}:
+            self._trouble(b, f"the peer refused the {link.cls} link to {link.address!r}: {condition}")
+        log.info("AMQP peer refused the %s link to %r: %s; retry %d/%d in %.2fs",
+                 link.cls, link.address, condition, link.attach_failures, self.cfg.max_retries, delay)
 
     def on_link_flow(self, event: Any) -> None:
         link = self.by_name.get(event.link.name)
@@ -645,8 +700,9 @@ class _Engine(Handler):
             return
         delay = _backoff(self.cfg, item.attempts)
         item.not_before = time.monotonic() + delay
-        log.warning("AMQP %s to %r: %s; retry %d/%d in %.2fs",
-                    item.out.key, item.out.address, outcome, item.attempts, self.cfg.max_retries, delay)
+        log.debug("AMQP %s to %r: %s; retry %d/%d in %.2fs",
+                  item.out.key, item.out.address, outcome, item.attempts, self.cfg.max_retries, delay)
+        self._trouble(item.batch, f"{outcome} (address {item.out.address!r})")
         if requeue and link is not None:
             self._requeue(link, [item])
 
@@ -690,49 +746,77 @@ class _Engine(Handler):
                         continue
                     attaching += 1
                 self._attach(link)
-            elif link.state == "up":
-                self._send(link, now)
+        addresses = {link.address for link in dirty if link.queue}
+        if addresses:
+            wall = time.time()
+            for address in addresses:
+                self._send_in_order(address, now, wall)
 
-    def _send(self, link: _Link, now: float) -> None:
-        s = link.sender
+    def _send_in_order(self, address: str, now: float, wall: float) -> None:
+        """Send what can go now to ``address``, over its two links (QoS 0/1
+        and QoS 2) in one order: by ``seq``, the order ``forward`` was given
+        the messages (capture order), whatever their QoS level. When the next
+        message's link cannot take it yet (attaching, no credit, a resend
+        waiting for its backoff), nothing later to that address goes either,
+        so a peer that handles one session's transfers in order (RabbitMQ 3.x
+        does) receives a topic's messages from one MQTT connection in the
+        order they were published, across QoS levels. Different addresses do
+        not wait for each other: each link's messages go out in runs, which
+        is what keeps many topics fast (a transfer that switches links costs
+        proton an event)."""
+        links = [lk for lk in (self.links.get((address, LINK_QOS01)), self.links.get((address, LINK_QOS2)))
+                 if lk is not None and self._head(lk) is not None]
+        while links:
+            link = links[0] if len(links) == 1 or links[0].queue[0].seq < links[1].queue[0].seq else links[1]
+            item = link.queue[0]
+            if link.state != "up" or link.sender.credit <= 0 or item.not_before > now:
+                return
+            link.queue.popleft()
+            self._transfer(link, item, now, wall)
+            if self._head(link) is None:
+                links.remove(link)
+
+    @staticmethod
+    def _head(link: _Link) -> "_Item | None":
+        """The link's next message to send (dropping those already done or of a failed batch)."""
         q = link.queue
-        wall = time.time()
-        while q and s.credit > 0:
+        while q:
             item = q[0]
-            if item.done or item.batch.error is not None:
-                q.popleft()
-                continue
-            if item.not_before > now:
-                break
+            if not item.done and item.batch.error is None:
+                return item
             q.popleft()
-            out = item.out
-            try:
-                data = wire_bytes(out, wall)
-            except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
-                if isinstance(exc, NOT_THE_ROWS_FAULT):
-                    raise
-                item.batch.result.failures.append(unforwardable(out, exc))
-                self._item_done(item, "unforwardable")
-                continue
-            if data is None:
-                self._item_done(item, "expired")
-                continue
-            dlv = s.delivery(str(item.seq))
-            s.stream(data)
-            s.advance()
-            r = item.batch.result
-            r.transfers += 1
-            if item.attempts:
-                r.retried += 1
-            link.last_used = now
-            if out.qos == 0:
-                self._item_done(item, "qos0")
-                continue
-            dlv.lg_item = item
-            item.delivery = dlv
-            item.sent_at = now
-            link.inflight[item.seq] = item
-            self.inflight_order.append((now, item, dlv))
+        return None
+
+    def _transfer(self, link: _Link, item: _Item, now: float, wall: float) -> None:
+        out = item.out
+        try:
+            data = wire_bytes(out, wall)
+        except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
+            if isinstance(exc, NOT_THE_ROWS_FAULT):
+                raise
+            item.batch.result.failures.append(unforwardable(out, exc))
+            self._item_done(item, "unforwardable")
+            return
+        if data is None:
+            self._item_done(item, "expired")
+            return
+        s = link.sender
+        dlv = s.delivery(str(item.seq))
+        s.stream(data)
+        s.advance()
+        r = item.batch.result
+        r.transfers += 1
+        if item.attempts:
+            r.retried += 1
+        link.last_used = now
+        if out.qos == 0:
+            self._item_done(item, "qos0")
+            return
+        dlv.lg_item = item
+        item.delivery = dlv
+        item.sent_at = now
+        link.inflight[item.seq] = item
+        self.inflight_order.append((now, item, dlv))
 
     def tick(self) -> None:
         try:
@@ -925,13 +1009,17 @@ class Forwarder:
         return box[0]
 
     # ---------------------------------------------------------- forwarding
-    def forward(self, rows: Iterable[Mapping[str, Any]], *, now: float | None = None) -> ForwardResult:
+    def forward(self, rows: Iterable[Mapping[str, Any]], *, now: float | None = None,
+                on_trouble: Callable[[str, float], None] | None = None) -> ForwardResult:
         """Forward FORWARD_DDL rows (dicts), in the order given. Blocks until done.
 
         Returns the counts; raises :class:`ForwardError` when a message could
         not be delivered within the retry bound. ``now`` (epoch seconds)
         fixes the clock used for expiry at mapping time (default: the time
         each chunk is mapped); the ttl is recomputed at each send.
+        ``on_trouble(cause, since)`` is called, on the Forwarder's thread, at
+        the batch's first failed attempt and then at later ones, at most once
+        per ``TROUBLE_REPORT_S``; ``since``: epoch seconds of the first.
         """
         cfg = self.config
         profile = PROFILES[cfg.profile]
@@ -958,7 +1046,7 @@ class Forwarder:
                     continue
                 yield out
 
-        result = self.forward_mapped(mapped())
+        result = self.forward_mapped(mapped(), on_trouble=on_trouble)
         result.rows += pre.rows
         result.unroutable += pre.unroutable
         result.unforwardable += pre.unforwardable
@@ -966,10 +1054,12 @@ class Forwarder:
         result.expired += pre.expired
         return result
 
-    def forward_mapped(self, items: Iterable[Outgoing]) -> ForwardResult:
+    def forward_mapped(self, items: Iterable[Outgoing], *,
+                       on_trouble: Callable[[str, float], None] | None = None) -> ForwardResult:
         """Forward already mapped messages; see :meth:`forward`."""
         self._ensure_thread()
         batch = _Batch()
+        batch.on_trouble = on_trouble
         chunk: list[_Item] = []
         try:
             for out in items:

@@ -91,8 +91,12 @@ def forward_rows(rows: Iterator[dict[str, Any]], amqp: AmqpConfig, data_dir: str
     """Forward rows (dicts, in capture order) and record the forwarded marks.
 
     Runs on executors (and in tests without Spark). Raises ForwardError.
+    While the Forwarder retries, the trouble is recorded in this process's
+    :class:`~bridge.amqp.trouble.TroubleFile` (for ``lakegate status``);
+    removed once a task forwards without failing.
     """
     from bridge.amqp.forwarded import ForwardedOffsets
+    from bridge.amqp.trouble import TroubleFile
 
     high: dict[tuple[str, int], int] = {}
 
@@ -105,19 +109,26 @@ def forward_rows(rows: Iterator[dict[str, Any]], amqp: AmqpConfig, data_dir: str
                     high[k] = int(off)
             yield row
 
-    result = forwarder_for(amqp).forward(tracked())
+    trouble = TroubleFile(data_dir) if data_dir else None
+    result = forwarder_for(amqp).forward(tracked(), on_trouble=trouble.write if trouble else None)
+    if trouble is not None:
+        trouble.clear()
     if data_dir:
         for (stream, partition), offset in sorted(high.items()):
             ForwardedOffsets(data_dir, stream).record(partition, offset)
     return result
 
 
-def _forward_arrow(batches: Iterator[Any], amqp: AmqpConfig, data_dir: str | None) -> Iterator[Any]:
+def _forward_arrow(batches: Iterator[Any], amqp: AmqpConfig, data_dir: str | None,
+                   log_level: str = "INFO") -> Iterator[Any]:
     """mapInArrow body: runs on executors, once per task. Must stay picklable."""
     import pyarrow as pa
     from pyspark import TaskContext
 
+    from bridge.logs import ensure_worker_logging
     from schemas.ddl import to_arrow
+
+    ensure_worker_logging(log_level)  # timestamps on the worker's lines too
 
     partitions: set[int] = set()
 
@@ -163,7 +174,8 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
     else:
         n = max(1, int(config.capture.partitions))
         ordered = df.repartition(n, "partition").sortWithinPartitions("partition", "offset")
-    fn = functools.partial(_forward_arrow, amqp=config.amqp, data_dir=str(config.data_path))
+    fn = functools.partial(_forward_arrow, amqp=config.amqp, data_dir=str(config.data_path),
+                           log_level=config.log_level)
     tasks = ordered.mapInArrow(fn, COUNTS_DDL).collect()
     for t in tasks:
         for k in _COUNT_FIELDS:

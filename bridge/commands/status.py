@@ -1,8 +1,11 @@
-"""``lakegate status``: the job's last batch and its lag now.
+"""``lakegate status``: the job's last batch, the failure going on now, and its lag now.
 
 Reads the last progress line the running job wrote (``data_dir/job-status.json``)
 and computes the lag again from the checkpoint's last committed batch and
 the capture log's durable end offsets, so it is current even between batches.
+A failure -- the query failed and is being restarted, or the executors'
+forwarders are retrying (``bridge.amqp.trouble``) -- is shown first, with
+its cause and since when (``bridge.job.progress.current_failure``).
 Exit code 0 when a job has committed at least one batch, 1 otherwise.
 """
 
@@ -22,9 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.capture import LogReader
     from bridge.job.pipeline import checkpoint_path
-    from bridge.job.progress import committed_offsets, format_line, lag, read_status
+    from bridge.job.progress import (committed_offsets, current_failure, format_failure, format_line, lag,
+                                     read_status)
 
     last = read_status(config.data_path)
+    failure = current_failure(config.data_path, last)
     batch, end = committed_offsets(checkpoint_path(config))
     log_end: dict[str, int] = {}
     if (config.capture_dir / "meta.json").exists():
@@ -36,12 +41,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
         "committed_offsets": end,
         "log_end_offsets": log_end,
         "lag": now_lag,
-        "last_batch": last,
+        "last_batch": {k: v for k, v in last.items() if k != "failure"} if last and "batch_id" in last else None,
+        "failure": failure,
     }
     if args.format == "json":
         print(json.dumps(out))
     else:
-        if last:
+        if failure:
+            print(format_failure(failure))
+        if last and "batch_id" in last:
             age = dt.datetime.now().timestamp() - last.get("time", 0)
             print(f"last batch ({age:.0f}s ago): {format_line(last)}")
         else:

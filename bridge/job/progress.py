@@ -15,6 +15,16 @@ status file add up across restarts. The listener only reports the query of
 its checkpoint (the query id Spark keeps in ``<checkpoint>/metadata``), and
 only batches after the last one it reported: a late event of a run that
 failed is not reported twice.
+
+Failures: when the query fails (a batch could not be forwarded, ...) the
+listener adds ``"failure": {"since", "cause", "failures", "time"}`` to the
+status file, next to the last completed batch; ``since`` is the first
+failure since the last completed batch (consecutive failures keep it, also
+across a restart of the job, and it includes the executors' first failed
+attempt, from ``bridge.amqp.trouble``). The next completed batch removes it.
+:func:`current_failure` joins it with the executors' trouble files, so
+``lakegate status`` shows an outage from its first failed attempt on, while
+the forwarders are still retrying.
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ from typing import Callable, Mapping
 
 from bridge.job.batch import BatchStats, is_stop_requested, query_id_from_checkpoint
 
-__all__ = ["ProgressListener", "committed_offsets", "format_line", "lag", "read_status"]
+__all__ = ["ProgressListener", "committed_offsets", "current_failure", "format_failure", "format_line", "lag",
+           "read_status"]
 
 log = logging.getLogger("bridge.job.progress")
 
@@ -73,6 +84,38 @@ def read_status(data_dir: str | Path) -> dict | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
+def current_failure(data_dir: str | Path, status: Mapping | None = None) -> dict | None:
+    """The failure going on now, or None: ``{"since", "cause", "time", "failures"}``
+    (``failures``: failed batch runs, 0 while only the forwarders report trouble).
+
+    Joins the status file's ``failure`` (the query failed) and the executors'
+    trouble files reported after the last completed batch (forwarders
+    retrying): ``since`` is the earliest, ``cause`` the latest report's."""
+    from bridge.amqp.trouble import read_troubles
+
+    status = status if status is not None else read_status(data_dir)
+    status = status or {}
+    seen = []
+    if status.get("failure"):
+        seen.append(status["failure"])
+    seen += [{"since": t["since"], "cause": f"forwarding: {t['cause']}", "time": t["time"]}
+             for t in read_troubles(data_dir, after=float(status.get("time", 0) or 0))]
+    if not seen:
+        return None
+    latest = max(seen, key=lambda f: f["time"])
+    return {"since": min(f["since"] for f in seen), "cause": latest["cause"], "time": latest["time"],
+            "failures": int(status.get("failure", {}).get("failures", 0) if status.get("failure") else 0)}
+
+
+def format_failure(f: Mapping, now: float | None = None) -> str:
+    """``lakegate status``'s failure line."""
+    now = time.time() if now is None else now
+    since = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(f["since"]))
+    runs = f" ({f['failures']} failed batch run{'s' if f['failures'] != 1 else ''})" if f.get("failures") else ""
+    seen = f", last reported {now - f['time']:.0f}s ago" if now - f["time"] >= 1 else ""
+    return f"FAILING since {since} ({now - f['since']:.0f}s{seen}){runs}: {f['cause']}"
+
+
 def _listener_base():
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -103,6 +146,10 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         self._lock = threading.Lock()
         #: the last LINES_KEPT progress lines
         self.lines: deque[str] = deque(maxlen=LINES_KEPT)
+        #: the failure since the last completed batch (``record_failure``), else None
+        self.failure: dict | None = None
+        #: set by ``lakegate run``'s supervisor, which logs a failed query itself
+        self.supervised = False
 
     def record(self, stats: BatchStats) -> None:
         """Called by the batch step (same driver process) before Spark reports progress."""
@@ -141,9 +188,30 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         elif event.exception:
             from bridge.job.runner import root_cause
 
-            log.error("query terminated with error: %s", root_cause(event.exception)[:500])
+            cause = root_cause(event.exception)
+            # under `lakegate run` the supervisor logs the failure, with its restart, in one line
+            level = logging.DEBUG if self.supervised else logging.ERROR
+            log.log(level, "query terminated with error: %s", cause[:500])
+            self.record_failure(cause)
         else:
             log.info("query stopped")
+
+    def record_failure(self, cause: str) -> None:
+        """Add the failure to the status file (kept until a batch completes)."""
+        from bridge.amqp.trouble import read_troubles
+
+        now = time.time()
+        with self._lock:
+            last = read_status(self.data_dir) or {}
+            # a job started again (lakegate process under a scheduler) continues the file's failure
+            prev = self.failure or last.get("failure")
+            since = prev["since"] if prev else now
+            for t in read_troubles(self.data_dir, after=float(last.get("time", 0) or 0)):
+                since = min(since, float(t["since"]))
+            self.failure = {"since": since, "cause": cause[:1000], "failures": (prev or {}).get("failures", 0) + 1,
+                            "time": now}
+            last["failure"] = dict(self.failure)
+            self._save(last)
 
     def onQueryProgress(self, event) -> None:
         self.report(event.progress)
@@ -198,7 +266,19 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         d["totals"] = dict(self.totals)
         line = format_line(d)
         self.lines.append(line)
-        log.info("%s", line)
+        if self.failure is not None:
+            n = self.failure["failures"]
+            log.info("%s (recovered: failing since %s, %d failed batch run%s)", line,
+                     time.strftime("%H:%M:%S", time.localtime(self.failure["since"])), n, "s" if n != 1 else "")
+        else:
+            log.info("%s", line)
+        from bridge.amqp.trouble import clear_troubles
+
+        clear_troubles(self.data_dir)  # a batch completed: whatever the forwarders reported is over
+        self.failure = None
+        self._save(d)
+
+    def _save(self, d: Mapping) -> None:
         tmp = self.data_dir / (STATUS_FILE + ".tmp")
         try:
             tmp.write_text(json.dumps(d))

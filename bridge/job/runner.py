@@ -221,6 +221,10 @@ class Runner:
     def _supervise(self, spark: "SparkSession", edge: EdgeThread) -> int:
         self.spark = spark
         failures = 0  # consecutive runs of the query that failed without completing a batch
+        if spark is not None:
+            from bridge.job.pipeline import progress_listener
+
+            progress_listener(spark, self.config).supervised = True  # one line per failure: ours
         while not self._stop.is_set():
             try:
                 outcome = self._run_query(edge)

@@ -230,6 +230,9 @@ def _ranges(start: Mapping[str, int], end: Mapping[str, int], earliest: list[int
         if s < earliest[p] and s < e:
             if fail_on_data_loss:
                 raise OffsetOutOfRangeError(p, s, e, earliest[p], e)
+            from bridge.logs import ensure_worker_logging
+
+            ensure_worker_logging()  # planned in a Python worker: give the line a timestamp
             log.warning("lakegate source: partition %d offsets [%d, %d) were deleted by retention; skipping them",
                         p, s, min(e, earliest[p]))
             s = min(earliest[p], e)

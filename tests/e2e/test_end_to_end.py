@@ -83,6 +83,11 @@ def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp
         pub(v5, f"{prefix}/dev/5/alias", b"first", 1, props=_props(TopicAlias=3))
         pub(v5, "", b"second", 1, props=_props(TopicAlias=3))  # the topic comes from the alias
         sent[-1] = (f"{prefix}/dev/5/alias", b"second", 1, False)
+        # one connection mixing QoS 0, 1 and 2 on one topic, without waiting in between
+        order_topic, order_payloads = f"{prefix}/dev/5/order", [b"o%02d" % i for i in range(30)]
+        infos = [v5.publish(order_topic, p, qos=i % 3) for i, p in enumerate(order_payloads)]
+        for info in infos:
+            info.wait_for_publish(10)
         for c in (v31, v311, v5):
             c.loop_stop()
             c.disconnect()
@@ -123,6 +128,9 @@ def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp
             if qos == 2:
                 rels = [x for x in msgs if x.subject == "pubrel"]
                 assert rels and rels[0].id == m.id and rels[0].address == topic
+        # [MQTT-4.6.0-5] asks for order per topic and QoS; lakegate keeps a topic's order across QoS levels
+        got = [bytes(m.body) for m in consumer.wait(order_topic, 30 + 10) if m.subject == "publish"]
+        assert got == order_payloads
         data = [m for m in consumer.wait(f"{prefix}/dev/5/data", 1) if m.subject == "publish"][0]
         assert data.content_type == "application/json" and 0 < data.ttl <= 3600
         status = [m for m in consumer.wait(f"{prefix}/dev/5/status", 1) if m.subject == "publish"][0]

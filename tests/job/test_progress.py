@@ -114,6 +114,110 @@ def test_memory_is_bounded(listener):
     assert len(listener._stats) <= 101
 
 
+# ---------------------------------------------------------------- failures (outages visible)
+
+FORWARD_FAILED = ("py4j.protocol.Py4JJavaError: An error occurred\n"
+                  "bridge.amqp.sender.ForwardError: AMQP connection to amqp://127.0.0.1:5672 failed: "
+                  "amqp:connection:framing-error: Connection refused (6 attempts)\n\tat org.apache.spark...")
+
+
+def _terminated(exception, qid="q-1"):
+    return SimpleNamespace(id=qid, runId="r-1", exception=exception)
+
+
+def test_failed_query_is_in_the_status_file_with_cause_and_since_until_a_batch_completes(listener, tmp_path):
+    from bridge.job.progress import current_failure, format_failure
+
+    listener.record(_stats(0, 5, forwarded=5))
+    listener.report(_progress(0, 5))
+    done_at = read_status(tmp_path)["time"]
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))
+    st = read_status(tmp_path)
+    assert st["batch_id"] == 0 and st["time"] == done_at  # the last completed batch stays
+    first = st["failure"]
+    assert first["cause"] == ("ForwardError: AMQP connection to amqp://127.0.0.1:5672 failed: "
+                              "amqp:connection:framing-error: Connection refused (6 attempts)")
+    assert first["failures"] == 1 and done_at <= first["since"] == first["time"]
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))  # restarted, failed again: since stays
+    again = read_status(tmp_path)["failure"]
+    assert again["since"] == first["since"] and again["failures"] == 2 and again["time"] >= first["time"]
+    now = current_failure(tmp_path)
+    assert now == {"since": first["since"], "cause": first["cause"], "time": again["time"], "failures": 2}
+    line = format_failure(now, now=first["since"] + 42)
+    assert re.fullmatch(r"FAILING since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4} \(42s, last reported \d+s ago\) "
+                        r"\(2 failed batch runs\): ForwardError: AMQP connection to .* \(6 attempts\)", line), line
+    assert "last reported" not in format_failure(now, now=again["time"] + 0.5)  # a report just now
+    restarted = ProgressListener(tmp_path, log_end=listener.log_end, checkpoint=listener.checkpoint)
+    restarted.onQueryTerminated(_terminated(FORWARD_FAILED))  # the job started again, failed again
+    assert read_status(tmp_path)["failure"]["since"] == first["since"]
+    assert read_status(tmp_path)["failure"]["failures"] == 3
+    listener.record(_stats(1, 5, forwarded=5))
+    listener.report(_progress(1, 5))  # recovered
+    assert "failure" not in read_status(tmp_path) and current_failure(tmp_path) is None
+    assert listener.lines[-1].startswith("batch 1:")
+
+
+def test_one_driver_line_per_failed_batch_run_under_the_supervisor(listener, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="bridge.job.progress")
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))
+    listener.supervised = True  # lakegate run: the supervisor logs "job: micro-batch failed (...)"
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))
+    levels = [r.levelno for r in caplog.records if r.getMessage().startswith("query terminated with error: ")]
+    assert levels == [logging.ERROR, logging.DEBUG]
+    assert read_status(tmp_path)["failure"]["failures"] == 2  # recorded either way
+
+
+def test_a_stop_request_is_not_a_failure(listener, tmp_path):
+    listener.onQueryTerminated(_terminated("StopRequested: stop requested: batch 4 runs again"))
+    listener.onQueryTerminated(_terminated(None))
+    assert read_status(tmp_path) is None
+
+
+def test_executor_trouble_shows_before_the_query_fails_and_sets_since(listener, tmp_path):
+    from bridge.amqp.trouble import TroubleFile
+    from bridge.job.progress import current_failure
+
+    listener.record(_stats(0, 5, forwarded=5))
+    listener.report(_progress(0, 5))
+    done_at = read_status(tmp_path)["time"]
+    stale = tmp_path / "forward-trouble" / "gone-1.json"  # a worker that died before the last batch
+    stale.parent.mkdir()
+    stale.write_text(json.dumps({"cause": "old", "since": done_at - 100, "time": done_at - 50}))
+    assert current_failure(tmp_path) is None
+    since = done_at  # the first failed attempt, right after the last batch
+    TroubleFile(tmp_path).write("connection to amqp://127.0.0.1:5672 failed: Connection refused", since)
+    now = current_failure(tmp_path)
+    assert now["since"] == since and now["failures"] == 0
+    assert now["cause"] == "forwarding: connection to amqp://127.0.0.1:5672 failed: Connection refused"
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))  # the batch gave up: since is the first attempt's
+    assert read_status(tmp_path)["failure"]["since"] == since
+    assert current_failure(tmp_path)["cause"].startswith("ForwardError: ")
+    listener.record(_stats(1, 5, forwarded=5))
+    listener.report(_progress(1, 5))
+    assert current_failure(tmp_path) is None and not list((tmp_path / "forward-trouble").glob("*.json"))
+
+
+def test_status_command_shows_the_failure_first(listener, tmp_path, capsys):
+    from argparse import Namespace
+
+    from bridge.commands import status
+    from bridge.config import load_config
+
+    listener.record(_stats(0, 5, forwarded=5))
+    listener.report(_progress(0, 5))
+    listener.onQueryTerminated(_terminated(FORWARD_FAILED))
+    config = load_config(None, [f"data_dir={tmp_path}"], env={})
+    status.run(Namespace(format="text"), config)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("FAILING since ") and out[0].endswith(
+        "(1 failed batch run): ForwardError: AMQP connection to amqp://127.0.0.1:5672 failed: "
+        "amqp:connection:framing-error: Connection refused (6 attempts)"), out
+    assert out[1].startswith("last batch (")
+    status.run(Namespace(format="json"), config)
+    got = json.loads(capsys.readouterr().out)
+    assert got["failure"]["failures"] == 1 and got["last_batch"]["batch_id"] == 0 and "failure" not in got["last_batch"]
+
+
 # ---------------------------------------------------------------- supervisor backoff
 
 

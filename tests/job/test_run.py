@@ -74,6 +74,13 @@ class Run:
         return self.proc.wait(timeout)
 
 
+def _status(data_dir) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    out = subprocess.run([sys.executable, "-m", "bridge", "status", "--set", f"data_dir={data_dir}"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    return out.stdout.splitlines()
+
+
 def _client(port, cid):
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=mqtt.MQTTv311)
     c.connect("127.0.0.1", port)
@@ -119,10 +126,21 @@ def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_
         wait_for(lambda: engine.arrow("messages").num_rows >= 20, timeout=120, what="the tables to get the messages")
         want = _publish_ids(tmp_path)
         assert len(want) == 20
+        # the outage is visible: lakegate status says what fails and since when
+        failing = wait_for(lambda: next((x for x in _status(tmp_path) if x.startswith("FAILING since ")), None),
+                           timeout=60, what="lakegate status to show the failure")
+        assert f"connection to amqp://127.0.0.1:{node.port} failed" in failing, failing
         node.start()  # the peer appears, with the queue
         got = receive_all(node.url, queue, want, timeout=180)
         assert want <= set(got), f"missing after catch-up: {sorted(want - set(got))[:5]}"
         assert any("restarting from the checkpoint" in e for e in run.err)
+        wait_for(lambda: not any(x.startswith("FAILING") for x in _status(tmp_path)), timeout=60,
+                 what="lakegate status to drop the failure once a batch completed")
+        # every lakegate line, the executors' Python workers' too, carries a timestamp
+        stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ bridge[.\w]*: ")
+        ours = [e for e in run.err if re.search(r" bridge[.\w]*: |^AMQP ", e)]
+        assert any("bridge.amqp: AMQP forwarding trouble: connection to" in e for e in ours), "".join(run.err)[-3000:]
+        assert all(stamp.match(e) for e in ours), [e for e in ours if not stamp.match(e)][:5]
     finally:
         code = run.stop()
     assert code == 0, "".join(run.err)[-2000:]
