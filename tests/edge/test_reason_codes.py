@@ -48,6 +48,14 @@ CONNECTED_ONLY = {
     "LG-edge-keep-alive": 0x8D,    # tick()
     "MQTT-3.1.4-3": 0x8E,          # take_over()
 }
+# Resource limits that close a connection mid-frame without sending anything
+# (the client is in the middle of a packet, so no packet of ours can follow
+# its partial one); the code is only recorded in the log's close line.
+# tests/edge/test_limits.py checks at level 5 that no byte is sent.
+CLOSED_SILENTLY = {
+    "LG-edge-frame-timeout": 0x8D,
+    "LG-edge-buffer-budget": 0x97,
+}
 # Refusals that keep the connection: the rule's code goes in this ack.
 ACK_REFUSALS = {
     "LG-payload-format-invalid": (PacketType.PUBACK, PacketType.PUBREC),
@@ -64,6 +72,8 @@ def test_every_rule_code_fits_every_packet_the_edge_sends_it_in(rule):
     connack = valid_reasons(PacketType.CONNACK, 5, SERVER)
     if rule in CONNECT_ONLY:
         assert code == CONNECT_ONLY[rule] and code in connack and code not in disconnect
+    elif rule in CLOSED_SILENTLY:
+        assert code == CLOSED_SILENTLY[rule]
     elif rule in CONNECTED_ONLY:
         assert code == CONNECTED_ONLY[rule] and code in disconnect and code not in connack
     else:  # may end a connection before or after the CONNECT was accepted
@@ -76,7 +86,7 @@ def test_every_rule_code_fits_every_packet_the_edge_sends_it_in(rule):
 
 
 def test_the_lists_above_name_rules_of_the_tables():
-    assert set(CONNECT_ONLY) | set(CONNECTED_ONLY) | set(ACK_REFUSALS) <= set(ALL_RULES)
+    assert set(CONNECT_ONLY) | set(CONNECTED_ONLY) | set(CLOSED_SILENTLY) | set(ACK_REFUSALS) <= set(ALL_RULES)
 
 
 def test_server_initiated_disconnect_codes_are_disconnect_codes():
