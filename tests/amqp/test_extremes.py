@@ -142,15 +142,18 @@ def test_every_catalogue_entry_parses_valid():
 def run_job_once(spark, data_dir: Path, rabbitmq: str) -> tuple[Any, list]:
     """Run the pipeline over everything captured, once; (config, batch stats)."""
     from bridge.config import load_config
-    from bridge.job.pipeline import start_query
+    from bridge.job.pipeline import release, start_query
 
     cfg = load_config(None, [f"data_dir={data_dir}", f"amqp.url={rabbitmq}", "capture.partitions=2",
                              "amqp.max_retries=2", "amqp.retry_backoff_s=0.05", "amqp.disposition_timeout_s=20"],
                       env={})
     query = start_query(spark, cfg, once=True)
-    finished = query.awaitTermination(240)
-    assert finished, "the job did not finish within 240 s"
-    assert query.exception() is None, str(query.exception())[:2000]
+    try:
+        finished = query.awaitTermination(240)
+        assert finished, "the job did not finish within 240 s"
+        assert query.exception() is None, str(query.exception())[:2000]
+    finally:
+        release(spark)  # the shared session keeps no listener of this test's checkpoint
     return cfg
 
 

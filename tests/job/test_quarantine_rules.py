@@ -9,7 +9,7 @@ import pytest
 from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.edge.session import Limits
-from bridge.job.pipeline import start_query
+from bridge.job.pipeline import release, start_query
 from bridge.tables.deltars import DeltaRsEngine
 from tests.edge.util import Harness, connect, publish
 
@@ -33,7 +33,10 @@ def test_mqtt_3_2_2_15_mqtt_1_5_4_2_mqtt_3_1_4_2_edge_rejections_are_quarantined
     log.close()
 
     query = start_query(spark, cfg, once=True)
-    assert query.awaitTermination(240), "the job did not finish within 240 s"
+    try:
+        assert query.awaitTermination(240), "the job did not finish within 240 s"
+    finally:
+        release(spark)  # the shared session keeps no listener of this test's checkpoint
 
     q = sorted(DeltaRsEngine(cfg.tables_dir).arrow("quarantine").to_pylist(), key=lambda r: r["conn_id"])
     assert [(r["conn_id"], r["packet_type"], r["rule"], r["error_code"], r["parser_rule"]) for r in q] == [
