@@ -137,6 +137,7 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
         if self.conn is None:
             self.container.stop()
 
+    # ---------------------------------------------------------- the tick
     def tick(self) -> None:
         try:
             now = time.monotonic()

@@ -66,7 +66,7 @@ class AddressLink:
 
 
 class LinkEvents:
-    """Attach, refusal, detach and flow of the engine's :class:`AddressLink` s."""
+    """Attach, refusal, detach and flow of the engine's links (:class:`AddressLink`)."""
 
     def _attach(self, link: AddressLink) -> None:
         ssn = self._ensure_session()
