@@ -1,0 +1,202 @@
+"""Deliveries of the forwarding engine: sending in order, and what comes back.
+
+:class:`Deliveries` pumps (connects, attaches and sends whatever can go
+now), sends each address's messages in one order across its two links
+(``_send_in_order``), makes a message's delivery (or sets it aside as
+unforwardable, or expired, or done at once for QoS 0), takes the peer's
+disposition, and sends a message again after backoff when it failed
+(up to ``amqp.max_retries``, ahead of anything not yet sent to its address).
+
+:class:`Deliveries` is a part of :class:`~bridge.amqp.engine.Engine` and works on
+its attributes; it runs only on the Forwarder's thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from proton import Delivery
+
+from bridge.amqp.mapping import LINK_QOS01, LINK_QOS2, wire_bytes
+from bridge.amqp.results import ForwardError
+from bridge.amqp.retry import backoff, delivery_outcome
+from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, unforwardable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bridge.amqp.batches import Item
+    from bridge.amqp.links import AddressLink
+
+__all__ = ["Deliveries"]
+
+log = logging.getLogger("bridge.amqp")
+
+
+class Deliveries:
+    """The pump, the in-order send, transfers, dispositions, retries of messages."""
+
+    def on_delivery(self, event: Any) -> None:
+        dlv = event.delivery
+        lnk = dlv.link
+        if not lnk.is_sender or not dlv.updated:
+            return
+        state = dlv.remote_state
+        terminal = state in (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
+        if not terminal and not dlv.settled:
+            return  # e.g. RECEIVED: not an outcome
+        item = getattr(dlv, "lg_item", None)
+        outcome = "accepted" if state == Delivery.ACCEPTED else delivery_outcome(dlv)
+        current = item is not None and item.delivery is not None and item.delivery == dlv
+        link = self.by_name.get(lnk.name)
+        dlv.settle()  # first: frees it; second: lets the receiver settle
+        if not current:
+            if item is None and state != Delivery.ACCEPTED:
+                log.debug("AMQP QoS 0 message not accepted: %s", outcome)
+            return
+        item.delivery = None
+        if link is not None:
+            link.inflight.pop(item.seq, None)
+            link.last_used = time.monotonic()
+        if item.batch.error is not None:
+            return
+        if state == Delivery.ACCEPTED:
+            self.progress = True
+            self._item_done(item, "accepted")
+        else:
+            self._fail_item(item, link, outcome)
+        self.pump()
+
+    def _fail_item(self, item: Item, link: AddressLink | None, outcome: str, requeue: bool = True) -> None:
+        if item.done or item.batch.error is not None:
+            return
+        item.attempts += 1
+        if item.delivery is not None:
+            item.delivery = None
+        if item.attempts > self.cfg.max_retries:
+            out = item.out
+            self._fail_batch(item.batch, ForwardError(
+                f"AMQP peer did not accept {out.kind} {out.key} sent to address {out.address!r}: "
+                f"{outcome} ({item.attempts} attempts)",
+                address=out.address, outcome=outcome, attempts=item.attempts, key=out.key))
+            return
+        delay = backoff(self.cfg, item.attempts)
+        item.not_before = time.monotonic() + delay
+        log.debug("AMQP %s to %r: %s; retry %d/%d in %.2fs",
+                  item.out.key, item.out.address, outcome, item.attempts, self.cfg.max_retries, delay)
+        self._trouble(item.batch, f"{outcome} (address {item.out.address!r})")
+        if requeue and link is not None:
+            self._requeue(link, [item])
+
+    def _requeue(self, link: AddressLink, items: list[Item]) -> None:
+        if not items:
+            return
+        items.sort(key=lambda i: i.seq)
+        merged = collections.deque()
+        q = link.queue
+        for item in items:
+            while q and q[0].seq < item.seq:
+                merged.append(q.popleft())
+            merged.append(item)
+        merged.extend(q)
+        link.queue = merged
+        self.dirty.add(link)
+
+    # ---------------------------------------------------------- progress
+    def pump(self) -> None:
+        """Attach, connect and send whatever can go now."""
+        if self.stopping or not self.dirty and (self.conn is not None or not self.batches):
+            return
+        now = time.monotonic()
+        if self.conn is None:
+            if self.batches and now >= self.reconnect_at:
+                self._connect()
+            else:
+                return
+        dirty, self.dirty = self.dirty, set()
+        attaching = -1
+        for link in dirty:
+            if not link.queue:
+                continue
+            if link.state == "idle":
+                if now < link.not_before:
+                    continue
+                if self.careful and link.key not in self.good:
+                    if attaching < 0:
+                        attaching = sum(1 for lk in self.links.values() if lk.state == "attaching")
+                    if attaching:
+                        continue
+                    attaching += 1
+                self._attach(link)
+        addresses = {link.address for link in dirty if link.queue}
+        if addresses:
+            wall = time.time()
+            for address in addresses:
+                self._send_in_order(address, now, wall)
+
+    def _send_in_order(self, address: str, now: float, wall: float) -> None:
+        """Send what can go now to ``address``, over its two links (QoS 0/1
+        and QoS 2) in one order: by ``seq``, the order ``forward`` was given
+        the messages (capture order), whatever their QoS level. When the next
+        message's link cannot take it yet (attaching, no credit, a resend
+        waiting for its backoff), nothing later to that address goes either,
+        so a peer that handles one session's transfers in order (RabbitMQ 3.x
+        does) receives a topic's messages from one MQTT connection in the
+        order they were published, across QoS levels. Different addresses do
+        not wait for each other: each link's messages go out in runs, which
+        is what keeps many topics fast (a transfer that switches links costs
+        proton an event)."""
+        links = [lk for lk in (self.links.get((address, LINK_QOS01)), self.links.get((address, LINK_QOS2)))
+                 if lk is not None and self._head(lk) is not None]
+        while links:
+            link = links[0] if len(links) == 1 or links[0].queue[0].seq < links[1].queue[0].seq else links[1]
+            item = link.queue[0]
+            if link.state != "up" or link.sender.credit <= 0 or item.not_before > now:
+                return
+            link.queue.popleft()
+            self._transfer(link, item, now, wall)
+            if self._head(link) is None:
+                links.remove(link)
+
+    @staticmethod
+    def _head(link: AddressLink) -> "Item | None":
+        """The link's next message to send (dropping those already done or of a failed batch)."""
+        q = link.queue
+        while q:
+            item = q[0]
+            if not item.done and item.batch.error is None:
+                return item
+            q.popleft()
+        return None
+
+    def _transfer(self, link: AddressLink, item: Item, now: float, wall: float) -> None:
+        out = item.out
+        try:
+            data = wire_bytes(out, wall)
+        except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
+            if isinstance(exc, NOT_THE_ROWS_FAULT):
+                raise
+            item.batch.result.failures.append(unforwardable(out, exc))
+            self._item_done(item, "unforwardable")
+            return
+        if data is None:
+            self._item_done(item, "expired")
+            return
+        s = link.sender
+        dlv = s.delivery(str(item.seq))
+        s.stream(data)
+        s.advance()
+        r = item.batch.result
+        r.transfers += 1
+        if item.attempts:
+            r.retried += 1
+        link.last_used = now
+        if out.qos == 0:
+            self._item_done(item, "qos0")
+            return
+        dlv.lg_item = item
+        item.delivery = dlv
+        item.sent_at = now
+        link.inflight[item.seq] = item
+        self.inflight_order.append((now, item, dlv))
