@@ -23,7 +23,9 @@ check:
   ``auth_workers - 1`` workers, so one worker stays free for addresses with
   a clean record;
 * **skip** a queued check whose connection is gone by the time a worker is
-  free (``alive()`` false): no hashing for clients that already left.
+  free (``alive()`` false): no hashing for clients that already left. A
+  check that did run counts for its address's record whether or not its
+  client is still there to hear the answer.
 
 Pure bookkeeping plus one executor; the server owns sockets and CONNACKs.
 """
@@ -194,6 +196,14 @@ class AuthQueue:
         if job.suspect:
             self.running_suspect -= 1
         self._release(job)
+        # The address's record counts every check that ran, also one whose
+        # client hung up meanwhile (a flood closes each socket at once: were
+        # its failures not counted, it would never back off). A check that
+        # raised (a broken hash entry) counts as failed.
+        if fut.exception() is None and fut.result():
+            self.succeeded(job.host)
+        else:
+            self.failed(job.host)
         try:
             job.done(fut)
         finally:

@@ -380,10 +380,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
             except Exception as exc:  # a broken hash entry: refuse, say why in the log
                 log.error("%s: password check failed: %s", conn.conn_id, exc)
                 ok = False
-            if ok:
-                self.auth.succeeded(conn.host)
-            else:
-                self.auth.failed(conn.host)
+            if not ok:  # (the AuthQueue has recorded the outcome for the address)
                 refusal = (0x86, f"bad user name or password for user name of "
                                  f"{len(req.username or '')} characters")
         elif req.username is None and not self.edge.allow_anonymous:

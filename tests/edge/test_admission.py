@@ -232,3 +232,36 @@ def test_lg_edge_auth_busy_backoff_after_a_wrong_password(run_edge, slow_passwor
                         password=b"wonderland") == b"\x20\x02\x00\x00"
     for c in (again, good):
         c.close()
+
+
+def test_lg_edge_auth_busy_backoff_counts_checks_of_clients_that_hung_up(run_edge, slow_passwords,
+                                                                        monkeypatch):
+    """A flood closes each socket right after its CONNECT, while the check
+    runs. Those failed checks must still count for the address, or it never
+    backs off and one worker hashes the flood's guesses for ever."""
+    started, gate = threading.Semaphore(0), threading.Semaphore(0)
+    real = PasswordFile.check
+
+    def held(self, u, p):  # the test lets each check finish after its client is gone
+        started.release()
+        gate.acquire(timeout=30)
+        return real(self, u, p)
+
+    monkeypatch.setattr(PasswordFile, "check", held)
+    e = run_edge(f"edge.password_file={slow_passwords}", "edge.allow_anonymous=false",
+                 "edge.auth_failure_backoff_s=30")
+    for i in range(3):
+        with _from("127.0.0.2", e.port).sock as s:
+            s.sendall(connect(4, client_id=f"gone{i}", username="alice", password=b"guess"))
+            assert started.acquire(timeout=10), "the check did not start"
+        wait_for(lambda: not any(c.session.state == "connecting" and c.transport is not None
+                                 and not c.transport.is_closing() for c in list(e.server.conns)),
+                 10, "the edge to see the client hang up")
+        checked = e.server.auth.stats["checked"]
+        gate.release()
+        wait_for(lambda: e.server.auth.running == 0, 10, "the check to finish")
+        assert e.server.auth.stats["checked"] == checked
+    again = _from("127.0.0.2", e.port)
+    gate.release()  # (not needed: the address is refused before any check)
+    assert again.connect(4, client_id="g", username="alice", password=b"wonderland") == BUSY_V3
+    again.close()
