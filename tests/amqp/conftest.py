@@ -118,6 +118,12 @@ def consumer(rabbitmq: str):
     c = Consumer(rabbitmq, prefix)
     yield c
     c.close()
+    delete_queue(c)
+
+
+def delete_queue(c: "Consumer") -> None:
+    """Delete the queue RabbitMQ bound for consumer ``c`` (a /topic receiver's
+    queue outlives a test that ends without detaching). Best effort."""
     ctl = rabbitmqctl()
     if ctl is None:
         log.warning("rabbitmqctl not found: the test queue bound to %s stays", c.binding)

@@ -27,7 +27,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from tests.amqp.conftest import Consumer, rabbitmqctl
+from tests.amqp.conftest import Consumer, delete_queue
 from tests.e2e.test_end_to_end import _client, edge  # noqa: F401 - edge is a fixture
 from tests.waiting import wait_for
 
@@ -114,18 +114,6 @@ def _tail(path: Path, n: int = 4000) -> str:
         return path.read_text(errors="replace")[-n:]
     except OSError:
         return ""
-
-
-def _delete_queue(consumer: Consumer) -> None:
-    ctl = rabbitmqctl()
-    if not ctl:
-        return
-    out = subprocess.run([ctl, "-q", "list_bindings", "destination_name", "routing_key"],
-                         capture_output=True, text=True, timeout=60).stdout
-    for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 2 and parts[1] == consumer.binding:
-            subprocess.run([ctl, "-q", "delete_queue", parts[0]], capture_output=True, timeout=60)
 
 
 def test_executors_that_cannot_run_lakegate_stop_the_job_at_start_in_one_line(cluster, tmp_path):
@@ -239,4 +227,4 @@ def test_spark_submit_on_a_standalone_cluster_survives_a_killed_worker(
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait(30)
         consumer.close()
-        _delete_queue(consumer)
+        delete_queue(consumer)

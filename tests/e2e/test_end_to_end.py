@@ -16,7 +16,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.amqp.conftest import Consumer, rabbitmqctl
+from tests.amqp.conftest import Consumer, delete_queue
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,11 +137,4 @@ def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp
         assert status.properties["site"] == "north"
     finally:
         consumer.close()
-        ctl = rabbitmqctl()
-        if ctl:
-            out = subprocess.run([ctl, "-q", "list_bindings", "destination_name", "routing_key"],
-                                 capture_output=True, text=True, timeout=60).stdout
-            for line in out.splitlines():
-                parts = line.split("\t")
-                if len(parts) == 2 and parts[1] == consumer.binding:
-                    subprocess.run([ctl, "-q", "delete_queue", parts[0]], capture_output=True, timeout=60)
+        delete_queue(consumer)
