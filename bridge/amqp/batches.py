@@ -62,13 +62,15 @@ class Batch:
 
 
 class Item:
-    __slots__ = ("out", "batch", "seq", "attempts", "delivery", "sent_at", "not_before", "done")
+    __slots__ = ("out", "batch", "seq", "attempts", "faults", "size", "delivery", "sent_at", "not_before", "done")
 
     def __init__(self, out: Outgoing, batch: Batch, seq: int) -> None:
         self.out = out
         self.batch = batch
         self.seq = seq
         self.attempts = 0  # failed attempts so far
+        self.faults = 0  # ... of which rejected for the message's own sake (retry.MESSAGE_FAULT_CONDITIONS)
+        self.size = 0  # bytes of the last encoding sent
         self.delivery: Delivery | None = None
         self.sent_at = 0.0
         self.not_before = 0.0

@@ -6,6 +6,10 @@ now), sends each address's messages in one order across its two links
 unforwardable, or expired, or done at once for QoS 0), takes the peer's
 disposition, and sends a message again after backoff when it failed
 (up to ``amqp.max_retries``, ahead of anything not yet sent to its address).
+Past that bound the batch fails, except for a message the peer rejected
+for its own sake on every attempt (:func:`~bridge.amqp.retry.message_fault`):
+that one is quarantined as ``LG-amqp-rejected`` and the batch goes on; so is,
+without being sent, a message larger than its link's max-message-size.
 
 :class:`Deliveries` is a part of :class:`~bridge.amqp.engine.Engine` and works on
 its attributes; it runs only on the Forwarder's thread.
@@ -22,8 +26,8 @@ from proton import Delivery
 
 from bridge.amqp.mapping import LINK_QOS01, LINK_QOS2, wire_bytes
 from bridge.amqp.results import ForwardError
-from bridge.amqp.retry import backoff, delivery_outcome
-from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, unforwardable
+from bridge.amqp.retry import backoff, delivery_outcome, message_fault
+from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, rejected, unforwardable
 
 if TYPE_CHECKING:  # pragma: no cover
     from bridge.amqp.batches import Item
@@ -48,6 +52,7 @@ class Deliveries:
             return  # e.g. RECEIVED: not an outcome
         item = getattr(dlv, "lg_item", None)
         outcome = "accepted" if state == Delivery.ACCEPTED else delivery_outcome(dlv)
+        fault = message_fault(dlv) is not None
         current = item is not None and item.delivery is not None and item.delivery == dlv
         link = self.by_name.get(lnk.name)
         dlv.settle()  # first: frees it; second: lets the receiver settle
@@ -65,17 +70,28 @@ class Deliveries:
             self.progress = True
             self._item_done(item, "accepted")
         else:
-            self._fail_item(item, link, outcome)
+            self._fail_item(item, link, outcome, fault=fault)
         self.pump()
 
-    def _fail_item(self, item: Item, link: AddressLink | None, outcome: str, requeue: bool = True) -> None:
+    def _fail_item(self, item: Item, link: AddressLink | None, outcome: str, requeue: bool = True,
+                   fault: bool = False) -> None:
+        """A failed attempt of ``item``; ``fault``: the peer rejected it for
+        the message's own sake (retry.MESSAGE_FAULT_CONDITIONS)."""
         if item.done or item.batch.error is not None:
             return
         item.attempts += 1
+        if fault:
+            item.faults += 1
         if item.delivery is not None:
             item.delivery = None
         if item.attempts > self.cfg.max_retries:
             out = item.out
+            if item.faults == item.attempts:  # the same bytes refused every time: the message's fault
+                item.batch.result.failures.append(
+                    rejected(out, f"AMQP peer did not accept {out.kind} {out.key} sent to address "
+                                  f"{out.address!r}: {outcome} ({item.attempts} attempts)", item.size))
+                self._item_done(item, "unforwardable")
+                return
             self._fail_batch(item.batch, ForwardError(
                 f"AMQP peer did not accept {out.kind} {out.key} sent to address {out.address!r}: "
                 f"{outcome} ({item.attempts} attempts)",
@@ -184,6 +200,15 @@ class Deliveries:
             self._item_done(item, "expired")
             return
         s = link.sender
+        limit = s.remote_max_message_size  # 0: the peer set no limit
+        if limit and len(data) > limit:  # the peer would refuse it every time: not sent
+            item.batch.result.failures.append(rejected(
+                out, f"amqp:link:message-size-exceeded: {out.kind} {out.key} is {len(data)} bytes encoded, "
+                     f"over the max-message-size {limit} of its link to address {out.address!r}; not sent",
+                len(data)))
+            self._item_done(item, "unforwardable")
+            return
+        item.size = len(data)
         dlv = s.delivery(str(item.seq))
         s.stream(data)
         s.advance()

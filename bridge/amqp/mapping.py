@@ -42,6 +42,7 @@ __all__ = [
     "Profile",
     "Rule",
     "TTL_MAX_MS",
+    "REJECTED",
     "UNFORWARDABLE",
     "address_for",
     "encode_row",
@@ -76,6 +77,10 @@ TTL_MAX_MS = 2**32 - 1
 #: failure, the same on every retry): the job quarantines it instead of
 #: retrying the batch for ever.
 UNFORWARDABLE = "LG-amqp-unforwardable"
+#: Rule id of a message the peer refuses for its own sake (rejected with a
+#: condition of :data:`bridge.amqp.retry.MESSAGE_FAULT_CONDITIONS` on every
+#: attempt, or larger than the link's max-message-size): quarantined too.
+REJECTED = "LG-amqp-rejected"
 
 LINK_QOS01 = "qos01"
 LINK_QOS2 = "qos2"

@@ -1,5 +1,6 @@
 """What one :meth:`~bridge.amqp.sender.Forwarder.forward` call ends with:
-:class:`ForwardResult` (its counts and unforwardable rows) or
+:class:`ForwardResult` (its counts and unforwardable rows: ``LG-amqp-unforwardable``,
+``LG-amqp-rejected``) or
 :class:`ForwardError` (the address and outcome that failed the batch).
 
 Both are importable from :mod:`bridge.amqp.sender`, which is also
@@ -41,7 +42,7 @@ class ForwardResult:
     qos0: int = 0  # QoS 0 messages handed to their link (not awaited)
     expired: int = 0  # not sent: the Message Expiry Interval had passed
     unroutable: int = 0  # not sent: no topic (logged with its lakegate-id; also unforwardable)
-    unforwardable: int = 0  # not sent: mapping or encoding failed (see ``failures``)
+    unforwardable: int = 0  # set aside (``failures``): not mappable or encodable, or refused for its own sake
     transfers: int = 0  # deliveries sent, resends included
     retried: int = 0  # resends after a failed attempt
     reconnects: int = 0  # connections (re)established during the batch

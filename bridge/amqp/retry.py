@@ -1,7 +1,10 @@
 """Failure classification and the retry backoff of the forwarding engine.
 
 What no retry can cure (:data:`PERMANENT_CONDITIONS`: fail the batch at
-once), how long the n-th failed attempt waits (:func:`backoff`:
+once), which rejections are the message's own fault
+(:data:`MESSAGE_FAULT_CONDITIONS`: quarantined as ``LG-amqp-rejected`` once
+its retries are spent, the batch goes on; :func:`message_fault`), how long
+the n-th failed attempt waits (:func:`backoff`:
 ``amqp.retry_backoff_s * 2**(n-1)``, at most :data:`MAX_BACKOFF_S`), and how
 a peer's error condition and a delivery's outcome read in logs and errors.
 The engine's connection, link and delivery handling apply them.
@@ -15,7 +18,8 @@ from proton import Delivery
 
 from bridge.config import AmqpConfig
 
-__all__ = ["MAX_BACKOFF_S", "PERMANENT_CONDITIONS", "backoff", "condition_text", "delivery_outcome"]
+__all__ = ["MAX_BACKOFF_S", "MESSAGE_FAULT_CONDITIONS", "PERMANENT_CONDITIONS", "backoff", "condition_text",
+           "delivery_outcome", "message_fault"]
 
 #: Conditions that no retry can cure: fail at once.
 PERMANENT_CONDITIONS = frozenset({
@@ -27,6 +31,20 @@ PERMANENT_CONDITIONS = frozenset({
 })
 MAX_BACKOFF_S = 30.0
 
+#: Conditions of a *rejected* outcome that blame the message itself (AMQP 1.0
+#: sections 2.8.15 and 2.8.18): the peer could not decode it, or it is larger
+#: than the link takes. Sending the same bytes again gets the same answer, so
+#: once its retries are spent the message is quarantined (``LG-amqp-rejected``)
+#: instead of failing the batch for good. Every other rejection -- no condition
+#: (RabbitMQ 3.x's publisher nack: a queue's trouble), unauthorized-access,
+#: not-allowed, resource-limit-exceeded, internal-error, invalid-field,
+#: not-implemented, precondition-failed, ... -- is the peer's or the
+#: configuration's, the same for every message: retried, then it fails the batch.
+MESSAGE_FAULT_CONDITIONS = frozenset({
+    "amqp:decode-error",
+    "amqp:link:message-size-exceeded",
+})
+
 
 def backoff(config: AmqpConfig, n: int) -> float:
     return min(config.retry_backoff_s * (2 ** max(n - 1, 0)), MAX_BACKOFF_S)
@@ -36,6 +54,16 @@ def condition_text(c: Any) -> str:
     if c is None:
         return "no condition given"
     return f"{c.name}: {c.description}" if c.description else str(c.name)
+
+
+def message_fault(dlv: Any) -> str | None:
+    """The condition name when ``dlv`` was rejected for the message's own sake
+    (:data:`MESSAGE_FAULT_CONDITIONS`), else None."""
+    if dlv.remote_state != Delivery.REJECTED:
+        return None
+    c = dlv.remote.condition
+    name = None if c is None or c.name is None else str(c.name)
+    return name if name in MESSAGE_FAULT_CONDITIONS else None
 
 
 def delivery_outcome(dlv: Any) -> str:

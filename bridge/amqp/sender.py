@@ -18,7 +18,10 @@ a link or session the peer ended, a lost connection -- sends the message
 again after ``amqp.retry_backoff_s * 2**(n-1)`` seconds (capped at 30 s),
 up to ``amqp.max_retries`` times; then :class:`ForwardError` names the
 address and the outcome, and the batch fails (Spark runs it again from the
-checkpoint). Nothing is dropped silently: expired messages are counted, and
+checkpoint) -- unless every attempt was rejected for the message's own sake
+(``amqp:decode-error``, ``amqp:link:message-size-exceeded``): that message is
+set aside as ``LG-amqp-rejected``, like one over its link's max-message-size,
+which is not sent. Nothing is dropped silently: expired messages are counted, and
 a row no message can be made of (no topic, a value no AMQP field holds) is
 set aside as unforwardable (:mod:`bridge.amqp.unforwardable`): counted,
 logged and returned in ``ForwardResult.failures``, never retried.

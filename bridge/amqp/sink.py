@@ -14,7 +14,8 @@ whose messages cannot be delivered raises
 it again from the checkpoint (messages already accepted are sent again: the
 ``lakegate-id`` application property lets a consumer drop them). A row that
 no message can be made of (``LG-amqp-unforwardable``: the mapping or the
-encoding fails, as it would on every retry) does not fail the batch: the
+encoding fails, as it would on every retry) does not fail the batch, nor
+does a message the peer refuses for its own sake (``LG-amqp-rejected``): the
 task returns it in ``failures`` and the batch step quarantines it.
 
 After a task succeeds it records, per capture partition, the highest

@@ -10,6 +10,14 @@ and sizes, never the payload), the sink returns it to the driver and the
 batch step quarantines it; the batch goes on. Only MemoryError is not the
 row's fault. Everything about the peer (refusals, time-outs, lost
 connections) stays transient and is retried by the Forwarder.
+
+One peer answer is the message's fault too (``LG-amqp-rejected``,
+:func:`rejected`): a *rejected* outcome whose condition blames the message
+(:data:`bridge.amqp.retry.MESSAGE_FAULT_CONDITIONS`: ``amqp:decode-error``,
+``amqp:link:message-size-exceeded``) on every one of its attempts, and a
+message larger than the link's max-message-size, which is not sent at all.
+They take the same way: an :class:`Unforwardable` with that rule, returned by
+the sink, quarantined by the batch step.
 """
 
 from __future__ import annotations
@@ -18,9 +26,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.amqp.mapping import UNFORWARDABLE, Outgoing
+from bridge.amqp.mapping import REJECTED, UNFORWARDABLE, Outgoing
 
-__all__ = ["ENCODING_FAILURES", "ERROR_CHARS", "NOT_THE_ROWS_FAULT", "Unforwardable", "unforwardable"]
+__all__ = ["ENCODING_FAILURES", "ERROR_CHARS", "NOT_THE_ROWS_FAULT", "Unforwardable", "rejected", "unforwardable"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -41,6 +49,18 @@ class Unforwardable:
     offset: int | None
     rule: str
     error: str
+
+
+def rejected(out: Outgoing, why: str, size: int) -> Unforwardable:
+    """Record (and log, one line: ids and sizes) a message the peer refuses
+    for its own sake (``LG-amqp-rejected``); ``why``: the peer's outcome and
+    condition, or the size check's reason; ``size``: the encoded message's bytes."""
+    stream = out.key.rsplit("/", 2)[0] if out.key.count("/") >= 2 else None
+    error = f"[{REJECTED}] {why}"[:ERROR_CHARS]
+    log.warning("AMQP %s %s to %r (%d bytes encoded) refused by the peer for its own sake, quarantined: %s",
+                out.kind, out.key, out.address, size, error)
+    return Unforwardable(stream=stream, partition=None if out.partition is None else int(out.partition),
+                         offset=None if out.offset is None else int(out.offset), rule=REJECTED, error=error)
 
 
 def unforwardable(row_or_out: Any, exc: BaseException) -> Unforwardable:

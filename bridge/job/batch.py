@@ -16,6 +16,9 @@ Order and failure semantics:
    A row no AMQP message can be made of (``LG-amqp-unforwardable``: the
    mapping or encoding fails, deterministically) is not retried: it is
    quarantined with its error, counted and logged, and the batch goes on;
+   so is a message the peer refuses for its own sake (``LG-amqp-rejected``:
+   rejected with amqp:decode-error or amqp:link:message-size-exceeded on
+   every attempt, or over the link's max-message-size);
 3. table maintenance when ``tables.compact_interval_s`` has passed.
 
 Stopping: when the ``stop`` event the step was given is set, a batch that is
@@ -197,8 +200,8 @@ class BatchStep:
                         n = write_unforwardable(self.engine, table, failures, self.app_id, batch_id)
                         stats.forward_unforwardable = n
                         stats.tables = dataclasses.replace(stats.tables, quarantined=stats.tables.quarantined + n)
-                        log.warning("batch %d: %d rows not forwardable, quarantined (LG-amqp-unforwardable)",
-                                    batch_id, n)
+                        rules = ", ".join(sorted({f.rule for f in failures}))
+                        log.warning("batch %d: %d rows not forwardable, quarantined (%s)", batch_id, n, rules)
                     self._mark_processed(table)
                     stats.extra["timing_s"]["forward"] = round(time.monotonic() - t3, 3)
                 log.debug("batch %d timing: %s", batch_id, stats.extra.get("timing_s"))

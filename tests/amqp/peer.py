@@ -5,7 +5,9 @@ frames (address, settle modes), the messages and the detaches, and answers
 each delivery as ``policy(peer, address, message, n)`` says (``n``: how many
 times a message with that ``lakegate-id`` arrived so far):
 
-* ``"accept"``, ``"reject"``, ``"release"``, ``"modify"`` -- that outcome;
+* ``"accept"``, ``"reject"``, ``"release"``, ``"modify"`` -- that outcome
+  (``"reject"`` with the condition ``amqp:internal-error``;
+  ``"reject:NAME"``, e.g. ``"reject:amqp:decode-error"``, with NAME);
 * ``"ignore"`` -- no disposition at all (the sender's time-out);
 * ``"hold"`` -- no disposition until :meth:`FakePeer.release_held` is called.
 
@@ -15,6 +17,7 @@ records which deliveries went through that second step.
 
 Addresses in ``refuse`` are refused at link level: the attach is answered
 with a null target and then a detach carrying ``amqp:not-found``.
+``max_message_size`` (bytes, 0: none) is advertised in the peer's attach.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ class _Handler(Handler):
         link.target.address = address
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
+        if p.max_message_size:
+            link.max_message_size = p.max_message_size
         link.open()
         link.flow(p.credit)
 
@@ -137,8 +142,9 @@ class _Handler(Handler):
     def answer(self, dlv: Any, action: str) -> None:
         if action == "accept":
             dlv.update(Delivery.ACCEPTED)
-        elif action == "reject":
-            dlv.local.condition = Condition("amqp:internal-error", "test peer rejects")
+        elif action == "reject" or action.startswith("reject:"):
+            name = action.partition(":")[2] or "amqp:internal-error"
+            dlv.local.condition = Condition(name, "test peer rejects")
             dlv.update(Delivery.REJECTED)
         elif action == "release":
             dlv.update(Delivery.RELEASED)
@@ -179,12 +185,13 @@ class FakePeer:
     """See the module docstring. Use as a context manager."""
 
     def __init__(self, policy: Callable[..., str] | None = None, refuse: tuple[str, ...] = (),
-                 ssl_domain: Any = None, credit: int = 10000) -> None:
+                 ssl_domain: Any = None, credit: int = 10000, max_message_size: int = 0) -> None:
         self.policy = policy or (lambda peer, address, msg, n: "accept")
         self.refuse = set(refuse)
         self.ssl_domain = ssl_domain
         self.scheme = "amqps" if ssl_domain is not None else "amqp"
         self.credit = credit
+        self.max_message_size = max_message_size
         self.port = free_port()
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.cond = threading.Condition()

@@ -142,6 +142,59 @@ def test_outcome_past_the_retry_bound_fails_the_batch_naming_address_and_outcome
         assert fwd.forward(rows("ok", 1, qos=1, start=5)).accepted == 1  # the forwarder goes on
 
 
+# ------------------------------------------------------------------ LG-amqp-rejected
+@pytest.mark.parametrize("condition", ["amqp:decode-error", "amqp:link:message-size-exceeded"])
+def test_lg_amqp_rejected_message_faults_are_quarantined_after_their_retries_and_the_batch_goes_on(condition):
+    bad = "mqtt-frames/0/1"
+    policy = lambda p, a, m, n: f"reject:{condition}" if m.properties["lakegate-id"] == bad else "accept"  # noqa: E731
+    with FakePeer(policy=policy) as peer, Forwarder(cfg(peer.url)) as fwd:
+        res = fwd.forward(rows("a", 3, qos=1) + rows("a", 2, qos=2, start=3))
+        assert (res.rows, res.accepted, res.unforwardable) == (5, 4, 1)
+        [f] = res.failures
+        assert (f.stream, f.partition, f.offset, f.rule) == ("mqtt-frames", 0, 1, "LG-amqp-rejected")
+        assert f.error == (f"[LG-amqp-rejected] AMQP peer did not accept publish {bad} sent to address '/topic/a': "
+                           f"rejected ({condition}: test peer rejects) (3 attempts)")
+        assert peer.counts[bad] == 3  # max_retries=2: retried like any failure first
+        # the messages after it to the same address were forwarded, in order
+        got = [m["message"].properties["lakegate-id"] for m in peer.messages]
+        assert [k for k in got if k != bad] == [f"mqtt-frames/0/{i}" for i in (0, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("condition", ["amqp:unauthorized-access", "amqp:resource-limit-exceeded",
+                                       "amqp:not-allowed", "amqp:internal-error", "amqp:invalid-field"])
+def test_lg_amqp_rejected_not_for_the_peers_conditions_which_still_fail_the_batch(condition):
+    policy = lambda p, a, m, n: f"reject:{condition}"  # noqa: E731
+    with FakePeer(policy=policy) as peer, Forwarder(cfg(peer.url)) as fwd:
+        with pytest.raises(ForwardError, match=rf"^AMQP peer did not accept publish mqtt-frames/0/0 sent to address "
+                                               rf"'/topic/a': rejected \({condition}: test peer rejects\) "
+                                               rf"\(3 attempts\)$"):
+            fwd.forward(rows("a", 2, qos=1))
+        assert peer.counts["mqtt-frames/0/0"] == 3
+
+
+def test_lg_amqp_rejected_only_when_every_attempt_was_the_messages_fault():
+    # a decode-error once, then the peer's own trouble: not the message's fault
+    policy = lambda p, a, m, n: "reject:amqp:decode-error" if n == 1 else "reject:amqp:internal-error"  # noqa: E731
+    with FakePeer(policy=policy) as peer, Forwarder(cfg(peer.url)) as fwd:
+        with pytest.raises(ForwardError, match=r"rejected \(amqp:internal-error: test peer rejects\) \(3 attempts\)$"):
+            fwd.forward(rows("a", 1, qos=1))
+
+
+def test_lg_amqp_rejected_message_over_the_links_max_message_size_is_not_sent():
+    with FakePeer(max_message_size=2000) as peer, Forwarder(cfg(peer.url)) as fwd:
+        batch = [row("a", 0, qos=1, packet_id=1, payload=b"s" * 10),
+                 row("a", 1, qos=1, packet_id=2, payload=b"b" * 5000),
+                 row("a", 2, qos=2, packet_id=3, payload=b"s" * 10)]
+        res = fwd.forward(batch)
+        assert (res.accepted, res.unforwardable, res.transfers) == (2, 1, 2)
+        [f] = res.failures
+        assert (f.partition, f.offset, f.rule) == (0, 1, "LG-amqp-rejected")
+        assert f.error.startswith("[LG-amqp-rejected] amqp:link:message-size-exceeded: publish mqtt-frames/0/1 is ")
+        assert f.error.endswith(" bytes encoded, over the max-message-size 2000 of its link to address '/topic/a'; "
+                                "not sent")
+        assert sorted(peer.counts) == ["mqtt-frames/0/0", "mqtt-frames/0/2"]
+
+
 def test_no_disposition_times_out_and_is_resent():
     policy = lambda p, a, m, n: "ignore" if n == 1 else "accept"  # noqa: E731
     with FakePeer(policy=policy) as peer, Forwarder(cfg(peer.url, disposition_timeout_s=0.3)) as fwd:

@@ -1,6 +1,7 @@
 """The batch step quarantines the rows forwarding could not make a message of
-(``LG-amqp-unforwardable``), counts them, and the batch goes on; a re-run
-batch quarantines them once."""
+(``LG-amqp-unforwardable``) or the peer refused for their own sake
+(``LG-amqp-rejected``), counts them, and the batch goes on; a re-run batch
+quarantines them once."""
 
 from __future__ import annotations
 
@@ -23,19 +24,26 @@ class SinkResult:
     tests/amqp/test_sink.py): returns what it returns when one row could not be
     made a message of."""
 
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, rule: str, error: str) -> None:
         self.offset = offset
+        self.rule = rule
+        self.error = error
         self.calls = 0
 
     def __call__(self, df, batch_id, aligned=False):
         self.calls += 1
         rows = df.count()
-        fail = Unforwardable("mqtt-frames", 0, self.offset, "LG-amqp-unforwardable",
-                             "[LG-amqp-unforwardable] ValueError: does not fit")
+        fail = Unforwardable("mqtt-frames", 0, self.offset, self.rule, self.error)
         return ForwardResult(rows=rows, accepted=rows - 1, unforwardable=1, failures=[fail])
 
 
-def test_lg_amqp_unforwardable_row_is_quarantined_counted_once_and_the_batch_completes(spark, tmp_path):
+@pytest.mark.parametrize("rule, error", [
+    ("LG-amqp-unforwardable", "[LG-amqp-unforwardable] ValueError: does not fit"),
+    ("LG-amqp-rejected", "[LG-amqp-rejected] AMQP peer did not accept publish mqtt-frames/0/1 sent to address "
+                         "'/topic/t.1': rejected (amqp:decode-error: cannot decode) (3 attempts)"),
+])
+def test_lg_amqp_unforwardable_and_lg_amqp_rejected_row_is_quarantined_counted_once_and_the_batch_completes(
+        spark, tmp_path, rule, error):
     from bridge.spark.source import register
 
     cfg = load_config(None, [f"data_dir={tmp_path}", "capture.partitions=1", "amqp.url="], env={})
@@ -52,7 +60,7 @@ def test_lg_amqp_unforwardable_row_is_quarantined_counted_once_and_the_batch_com
     engine = DeltaRsEngine(cfg.tables_dir)
     engine.ensure()
     seen = []
-    sink = SinkResult(offset=1)
+    sink = SinkResult(offset=1, rule=rule, error=error)
     step = BatchStep(cfg, engine, checkpoint, forward=sink, on_stats=seen.append)
 
     step(frames, 0)
@@ -61,7 +69,7 @@ def test_lg_amqp_unforwardable_row_is_quarantined_counted_once_and_the_batch_com
     assert sink.calls == 2
     q = engine.arrow("quarantine").to_pylist()
     assert [(r["offset"], r["rule"], r["error"], r["packet_type"]) for r in q] == [
-        (1, "LG-amqp-unforwardable", "[LG-amqp-unforwardable] ValueError: does not fit", 3)]
+        (1, rule, error, 3)]
     assert engine.arrow("messages").num_rows == 3  # valid MQTT: still a message
     assert [(s.tables.quarantined, s.forward_unforwardable, s.forwarded) for s in seen] == [(1, 1, 2), (1, 1, 2)]
     assert seen[0].extra["forward"]["unforwardable"] == 1
