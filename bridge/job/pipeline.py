@@ -201,6 +201,7 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
         if failure is not None and not (stop.is_set() and is_stop_requested(failure)):
             log.error("job failed: %s", root_cause(failure)[:500])
             return 1
+        progress_listener(spark, config).ended(query.runId)
         return 0
     finally:
         if restore_jvm is not None:

@@ -150,6 +150,10 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         self.failure: dict | None = None
         #: set by ``lakegate run``'s supervisor, which logs a failed query itself
         self.supervised = False
+        #: run ids whose end the listener bus delivered / that ``ended`` logged itself
+        self._ended: set[str] = set()
+        self._ended_here: set[str] = set()
+        self._ended_cv = threading.Condition(self._lock)
 
     def record(self, stats: BatchStats) -> None:
         """Called by the batch step (same driver process) before Spark reports progress."""
@@ -183,6 +187,15 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
     def onQueryTerminated(self, event) -> None:
         if not self._mine(event.id):
             return
+        with self._lock:
+            if str(event.runId) in self._ended_here:  # ended() has said it already
+                return
+        self._log_end(event)
+        with self._ended_cv:  # after the line: ended() may let the driver exit
+            self._ended.add(str(event.runId))
+            self._ended_cv.notify_all()
+
+    def _log_end(self, event) -> None:
         if event.exception and is_stop_requested(event.exception):
             log.info("query stopped before its next batch (stop requested)")
         elif event.exception:
@@ -195,6 +208,18 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
             self.record_failure(cause)
         else:
             log.info("query stopped")
+
+    def ended(self, run_id, timeout: float = 5.0) -> None:
+        """The query ended without an error (stopped, or ``--once`` done): wait
+        up to ``timeout`` for the asynchronous listener bus to log its end,
+        else log "query stopped" here, once. A driver that exits right after
+        (spark-submit) would otherwise lose the line to the race."""
+        qid = str(run_id)
+        with self._ended_cv:
+            if self._ended_cv.wait_for(lambda: qid in self._ended, timeout):
+                return
+            self._ended_here.add(qid)
+        log.info("query stopped")
 
     def record_failure(self, cause: str) -> None:
         """Add the failure to the status file (kept until a batch completes)."""

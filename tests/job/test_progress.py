@@ -359,3 +359,27 @@ def test_restarted_query_has_one_listener_and_reports_each_batch_once(spark, tmp
     st = read_status(tmp_path)
     assert st["totals"]["input_rows"] == st["totals"]["messages"] == st["totals"]["forwarded"] == 50
     assert st["totals"]["batches"] == len(per_batch)
+
+
+def test_query_stopped_is_logged_once_whether_or_not_the_bus_delivers_the_end_in_time(listener, caplog):
+    """Under spark-submit the driver exits right after the query stops; the
+    listener bus's end event can come too late, and "query stopped" was lost.
+    ended() waits for it, else says it itself; never twice."""
+    caplog.set_level(logging.INFO, logger="bridge.job.progress")
+
+    def stopped_lines() -> int:
+        return sum(r.getMessage() == "query stopped" for r in caplog.records)
+
+    listener.onQueryTerminated(_terminated(None))  # the bus was first
+    listener.ended("r-1", timeout=0.01)
+    assert stopped_lines() == 1
+    caplog.clear()
+    listener.ended("r-2", timeout=0.01)  # the bus is late: ended() says it
+    listener.onQueryTerminated(SimpleNamespace(id="q-1", runId="r-2", exception=None))
+    assert stopped_lines() == 1
+    caplog.clear()
+    late = threading.Timer(0.2, listener.onQueryTerminated, [SimpleNamespace(id="q-1", runId="r-3", exception=None)])
+    late.start()
+    listener.ended("r-3", timeout=10)  # waits for the bus's line
+    late.join()
+    assert stopped_lines() == 1
