@@ -23,6 +23,8 @@ import socket
 import time
 from pathlib import Path
 
+from bridge.capture.layout import atomic_write
+
 __all__ = ["TROUBLE_DIR", "TroubleFile", "clear_troubles", "read_troubles"]
 
 TROUBLE_DIR = "forward-trouble"
@@ -40,10 +42,8 @@ class TroubleFile:
     def write(self, cause: str, since: float) -> None:
         """Record the current trouble (atomically: a reader sees the old or the new file)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"cause": cause, "since": since, "time": time.time(),
-                                   "host": self.host, "pid": self.pid}))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"cause": cause, "since": since, "time": time.time(),
+                                            "host": self.host, "pid": self.pid}).encode())
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
