@@ -26,6 +26,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "edge": ("bridge.bench.edge", "MQTT edge vs Mosquitto: msg/s at QoS 0/1/2, PUBACK latency, ratio"),
     "auth": ("bridge.bench.auth", "password checks: a legitimate client's CONNACK latency p50/p99, quiet and under a "
                                   "flood of wrong-password CONNECTs, and the ratio"),
+    "subscribe": ("bridge.bench.subscribe", "delivery to subscribers, edge vs Mosquitto: fan-out msg/s at QoS 0/1 "
+                                            "to 10 and 100 subscribers, latency p50/p99, memory of idle sessions"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }
