@@ -191,7 +191,7 @@ class _Subscriber(_Client):
                 break
             hl, size = hdr
             end = pos + size
-            if buf[pos] & 0xF0 != 0x30:
+            if buf[pos] & 0xF7 != run.fixed0:  # a PUBLISH, QoS as granted, RETAIN 0; DUP may be set
                 run.fail(f"subscriber {self.index}: unexpected {_describe(buf[pos:end])}")
                 pos = end
                 continue
@@ -340,6 +340,7 @@ class FanOut:
         # the bytes every delivered frame shares with the template: fixed
         # header, topic (a server sends the topic as published, QoS = min)
         self.fixed = [frame[j:j + 1] for j in range(self.pid_at if qos else self.payload_at)]
+        self.fixed0 = frame[0]
 
     # -- callbacks from the clients
     def delivered(self, index: int, n: int) -> None:
@@ -450,8 +451,12 @@ class FanOut:
         self.done = loop.create_future()
         ticker = None
         try:
-            self.subs = list(await asyncio.gather(*(self._subscriber(i)
-                                                    for i in range(self.n_subs))))
+            subs = await asyncio.gather(*(self._subscriber(i) for i in range(self.n_subs)),
+                                        return_exceptions=True)
+            for x in subs:
+                if isinstance(x, BaseException):
+                    raise x
+            self.subs = subs
             self.pub = await self._connect(lambda: _Publisher(self), f"bpub-{self.label}")
             self.pub.streaming = True
             self.t0 = self.t_last = time.perf_counter()
