@@ -180,13 +180,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         t0 = time.monotonic()
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
-            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream)
+            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream,
+            self.router, time.time() - self.loop.time())
         self._configure_store()
         self._expire_sessions()
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "
-                 "%d Wills owed, %d capture records replayed in %.2f s", len(self.store),
-                 sum(len(s.qos2) for s in self.store.sessions.values()), len(owed_wills), replayed,
-                 time.monotonic() - t0)
+                 "%d subscriptions, %d queued or unacknowledged deliveries, %d Wills owed, "
+                 "%d capture records replayed in %.2f s", len(self.store),
+                 sum(len(s.qos2) for s in self.store.sessions.values()), len(self.router.tree),
+                 sum(len(s.outbox) for s in self.store.sessions.values() if s.outbox is not None),
+                 len(owed_wills), replayed, time.monotonic() - t0)
         # Wills the last run owed when it died: as for connections lost just now
         for w in owed_wills.values():
             log.info("%s client=%s: will owed from before the restart (%d bytes), captured %s",
