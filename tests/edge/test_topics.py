@@ -349,20 +349,24 @@ def count_opcodes(tree: SubscriptionTree, topic: str) -> int:
 
 
 def test_match_work_does_not_grow_with_subscriptions_that_do_not_match():
-    tree = SubscriptionTree()
-    for tf in ("site/a/+/temp", "site/#", "+/a/dev1/temp"):
-        tree.add(Sub("c", tf, 1))
-    small = count_opcodes(tree, "site/a/dev1/temp")
-    assert small > 100
-    for i in range(2000):
-        # Siblings at every level of the topic's path, and elsewhere.
-        for tf in (f"site/a/dev{i}x", f"site/a/+/t{i}", f"site/b{i}/#", f"other{i}/+",
-                   f"+/a{i}", f"$share/g{i}/site/a/+/x"):
-            tree.add(Sub(f"d{i}", tf, 1))
-    assert len(tree) == 3 + 12000
-    assert count_opcodes(tree, "site/a/dev1/temp") == small
-    assert {tf for _, tf in matched(tree, "site/a/dev1/temp")} == {
-        "site/a/+/temp", "site/#", "+/a/dev1/temp"}
+    def tree_with(others: int) -> SubscriptionTree:
+        tree = SubscriptionTree()
+        for tf in ("site/a/+/temp", "site/#", "+/a/dev1/temp"):
+            tree.add(Sub("c", tf, 1))
+        for i in range(others):
+            # Siblings at every level of the topic's path, and elsewhere.
+            for tf in (f"site/a/dev{i}x", f"site/a/+/t{i}", f"site/b{i}/#", f"other{i}/+",
+                       f"+/a{i}", f"$share/g{i}/site/a/+/x", f"site/a/dev1/temp/{i}"):
+                tree.add(Sub(f"d{i}", tf, 1))
+        return tree
+
+    # Two of each sibling give every node on the path the shape it has with 2,000.
+    small, big = tree_with(2), tree_with(2000)
+    assert len(big) == 3 + 7 * 2000
+    topic = "site/a/dev1/temp"
+    assert count_opcodes(small, topic) > 100
+    assert count_opcodes(big, topic) == count_opcodes(small, topic)
+    assert {tf for _, tf in matched(big, topic)} == {"site/a/+/temp", "site/#", "+/a/dev1/temp"}
 
 
 def test_memory_per_subscription_and_after_removal():
@@ -386,7 +390,9 @@ def test_memory_per_subscription_and_after_removal():
         tracemalloc.stop()
     # 410 B measured on CPython 3.11 (module docstring); 10,000 x 10 must stay far below 200 MB.
     assert per_sub < 600, per_sub
-    assert left < 2000, left
+    # What stays is CPython's free lists and allocator noise (a few kB); a node
+    # or client entry left per client would be 50 kB and more.
+    assert left < 20_000, left
 
 
 # -- Agreement with the scalar matcher (bridge.topic_filter.matches) ------------------------------
