@@ -373,12 +373,12 @@ def test_memory_per_subscription_and_after_removal():
     def build_and_remove() -> tuple[float, int]:
         base = tracemalloc.get_traced_memory()[0]
         tree = SubscriptionTree()
-        for c in range(1000):
+        for c in range(500):
             cid = f"device-{c:08d}"
             for i in range(10):
                 tree.add(Sub(cid, f"site/{c % 100}/{cid}/{i}/+", 1))
-        per_sub = (tracemalloc.get_traced_memory()[0] - base) / 10_000
-        for c in range(1000):
+        per_sub = (tracemalloc.get_traced_memory()[0] - base) / 5_000
+        for c in range(500):
             tree.remove_client(f"device-{c:08d}")
         return per_sub, tracemalloc.get_traced_memory()[0] - base
 
@@ -412,7 +412,7 @@ def expected(subs: dict[tuple[str, str], Sub], topic: str) -> set[tuple[str, str
     return {key for key, s in subs.items() if scalar_matches(s.filter, topic)}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(subscriptions, st.lists(topic_names, min_size=1, max_size=8), st.data())
 def test_match_agrees_with_the_scalar_matcher(subs, topic_list, data):
     tree = SubscriptionTree()
