@@ -14,7 +14,9 @@ import pytest
 from bridge.config import load_config
 from bridge.edge.server import EdgeThread
 from bridge.mqtt.rules import RULES, VECTOR_DEVIATIONS
-from tests.edge.conformance import VECTORS, listed_differences, load_vectors, run_vectors
+from tests.edge.conformance import (
+    FILES, VECTORS, HelperPublish, listed_differences, load_vectors, run_vectors,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "conformance.md"
@@ -68,6 +70,15 @@ def test_vector(vector, outcomes, listed):
             f"VECTOR_DEVIATIONS says {codec.our_rule} (DISCONNECT 0x{reason:02X}); {o.detail}")
         return
     pytest.fail(f"not listed in docs/conformance.md: {o.detail}")
+
+
+def test_every_vector_file_is_replayed():
+    """All the directory's vector files (19: the other 3 of its 22 files are
+    the README and two licences), FLOW's second client included."""
+    assert sorted(FILES) == sorted(p.stem for p in VECTORS.glob("*.json"))
+    assert len(FILES) == 19
+    helpers = [m for v in ALL for kind, m in v.msgs if kind == "publish"]
+    assert len(helpers) == 16 and all(isinstance(m, HelperPublish) for m in helpers)
 
 
 def test_every_listed_vector_exists(listed):
