@@ -36,6 +36,12 @@ vector published (vectors publish to ``p`` and ``topic`` all the time):
    their tests build on the state the previous ones left, and the last one
    checks that the server is still up after everything else.
 
+Between batches a barrier client publishes one QoS 1 message to a topic no
+vector uses and waits for its PUBACK: the edge acknowledges a message once it
+is durable, in order, so every message of the earlier batch has then been
+matched against the subscriptions of its time, and a later subscriber cannot
+get it.
+
 Within a concurrent batch at most one vector runs at a time per client id
 (the edge would take a session over). ``run_vectors`` returns one
 :class:`Outcome` per vector, in the order given.
@@ -330,6 +336,10 @@ def _connect_level(frame: bytes, default: int) -> int:
     return p.protocol_level if isinstance(p, Connect) else default
 
 
+BARRIER = Vector("", "", "conformance barrier", 4, True, False, ())
+BARRIER_MESSAGE = HelperPublish("conformance/barrier", 1, b"")
+
+
 def _batch(v: Vector) -> int:
     """The batch (1-4, see the module docstring) ``v`` runs in."""
     if v.file in SEQUENTIAL_FILES:
@@ -355,6 +365,10 @@ async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: 
 
     done: dict[int, Outcome] = {}
     for batch in (1, 2, 3, 4):
+        if batch > 1:
+            problem = await _helper_publish(host, port, BARRIER, BARRIER_MESSAGE)
+            if problem:
+                raise RuntimeError(f"barrier before batch {batch}: {problem}")
         todo = [(i, v) for i, v in enumerate(vectors) if _batch(v) == batch]
         if batch in (1, 2):
             results = await asyncio.gather(*(one(v) for _, v in todo))
