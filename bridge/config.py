@@ -140,6 +140,17 @@ class EdgeConfig:
     #: QoS 2 ids awaiting PUBREL kept across disconnected sessions; beyond it
     #: the longest-disconnected sessions are dropped.
     max_stored_qos2_ids: int = 200000
+    #: QoS 1/2 PUBLISH packets the edge sends a subscriber before it must wait
+    #: for acknowledgements (MQTT 5: at most the client's Receive Maximum).
+    max_inflight_messages: int = 20
+    #: Messages queued per session (waiting to be sent, or for a disconnected
+    #: persistent session); beyond it the oldest are dropped, counted and logged.
+    max_queued_messages: int = 1000
+    #: The same bound in payload bytes.
+    max_queued_bytes: int = 67108864
+    #: Subscriptions one client may hold; a SUBSCRIBE beyond it is refused
+    #: per filter (SUBACK 0x97 Quota exceeded; 3.x 0x80).
+    max_subscriptions_per_client: int = 1000
 
 
 @dataclass
@@ -324,6 +335,10 @@ _POSITIVE = {
     "edge.max_buffered_bytes",
     "edge.max_persistent_sessions",
     "edge.max_stored_qos2_ids",
+    "edge.max_inflight_messages",
+    "edge.max_queued_messages",
+    "edge.max_queued_bytes",
+    "edge.max_subscriptions_per_client",
     "job.max_records_per_trigger",
     "spark.shuffle_partitions",
 }

@@ -50,10 +50,13 @@ class SessionHousekeeping:
 
     def _capture_will(self, w: WillMessage) -> None:
         try:
-            self.log.append(w.conn_id, w.key, w.frame, w.headers)
+            ack = self.log.append(w.conn_id, w.key, w.frame, w.headers)
         except CaptureError as exc:
             self.log_failed(exc)
             return
+        if self.router.sessions:
+            level = next((int(v) for k, v in w.headers if k == "proto"), 4)
+            self._route(w.frame, level, None, w.client_id, ack)
         log.info("%s client=%s: will captured (%d bytes)", w.conn_id, w.client_id, len(w.frame))
 
     # ------------------------------------------------------------ snapshots
@@ -65,9 +68,13 @@ class SessionHousekeeping:
     def _expire_sessions(self) -> None:
         """Drop expired sessions, then those beyond the store's bounds (logged)."""
         gone = self.store.expire(time.time())
+        for cid in gone:
+            self.router.drop(cid)
         if gone:
             log.info("%d persistent sessions expired (first: client=%s)", len(gone), gone[0])
         dropped = self.store.bound()
+        for cid, _n in dropped:
+            self.router.drop(cid)
         if dropped:
             e = self.edge
             log.warning("%d persistent sessions dropped, the longest disconnected first, with %d "
@@ -81,6 +88,7 @@ class SessionHousekeeping:
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
             self._expire_sessions()
+            self._log_drops()
             if self.log.next_seq != self._snapshot_seq:
                 try:
                     await self.snapshot()

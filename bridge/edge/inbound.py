@@ -10,9 +10,9 @@ packets a client may send, and DISCONNECT. Sans-IO.
   :class:`~bridge.edge.state.ClientSession` (bounded by
   ``edge.max_inflight_qos2``), a re-sent one is captured marked ``dup``.
 * PUBREL releases the QoS 2 entry (PUBCOMP once durable), PINGREQ gets
-  PINGRESP (not captured), SUBSCRIBE / UNSUBSCRIBE are answered with refusals
-  (the edge delivers to no subscriber), PUBACK / PUBREC / PUBCOMP are
-  captured, a second CONNECT is a Protocol Error.
+  PINGRESP (not captured), SUBSCRIBE / UNSUBSCRIBE and the PUBACK / PUBREC /
+  PUBCOMP a subscriber sends go to :mod:`bridge.edge.subscribing`, a second
+  CONNECT is a Protocol Error.
 * DISCONNECT: its Session Expiry Interval, the Will dropped on 0x00, close.
 
 :class:`InboundFlows` is a part of :class:`bridge.edge.session.Session` and
@@ -81,7 +81,7 @@ class InboundFlows:
                 self._refuse_publish(p, frame, headers, err, actions)
                 return
         if qos == 0:
-            actions.append(Capture(frame, headers))
+            actions.append(Capture(frame, headers, deliver=topic))
             return
         pid = p.packet_id
         if qos == 1:
@@ -89,7 +89,8 @@ class InboundFlows:
                 self._count_inflight()  # raises in MQTT 5 [MQTT-3.3.4-7]
             else:
                 self._inflight += 1
-            actions.append(Capture(frame, headers, _ACK_PACK(0x40, 2, pid), 1, True))
+            actions.append(Capture(frame, headers, _ACK_PACK(0x40, 2, pid), 1, True,
+                                   deliver=topic))
             return
         entries = self.client.qos2
         entry = entries.get(pid)
@@ -113,7 +114,8 @@ class InboundFlows:
         entry = Qos2Entry(topic)
         entries[pid] = entry
         self._qos2_here.add(pid)
-        actions.append(Capture(frame, headers, _ACK.pack(0x50, 2, pid), 0, True, entry))
+        actions.append(Capture(frame, headers, _ACK.pack(0x50, 2, pid), 0, True, entry,
+                               deliver=topic))
 
     def _refuse_publish(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
                         err: MqttError, actions: list[Action]) -> None:
@@ -178,27 +180,12 @@ class InboundFlows:
             actions.append(Send(_PINGRESP))
         elif t is Disconnect:
             self._on_disconnect(p, frame, actions)
-        elif t is PubRec:
-            # The edge sends no PUBLISH, so this PUBREC answers nothing; a
-            # sender must still answer PUBREC < 0x80 with PUBREL [MQTT-4.3.3-4].
-            reply = None
-            if p.reason_code < 0x80:
-                reply = (_ACK_RC.pack(0x62, 3, p.packet_id, 0x92) if level == 5
-                         else _ack(0x62, p.packet_id))
-            actions.append(Capture(frame, headers, reply))
-        elif t is PubAck or t is PubComp:
-            actions.append(Capture(frame, headers))
+        elif t is PubAck or t is PubRec or t is PubComp:
+            self._on_subscriber_ack(p, frame, actions)
         elif t is Subscribe:
-            n = len(p.subscriptions)
-            actions.append(Capture(frame, headers, encode_suback(p.packet_id, n, level)))
-            actions.append(Notice(f"SUBSCRIBE refused: {n} topic filter(s), packet id "
-                                  f"{p.packet_id} (no subscriber delivery)"))
+            self._on_subscribe(p, frame, actions)
         elif t is Unsubscribe:
-            n = len(p.topic_filters)
-            reply = encode_unsuback(p.packet_id, n) if level == 5 else _ack(0xB0, p.packet_id)
-            actions.append(Capture(frame, headers, reply))
-            actions.append(Notice(f"UNSUBSCRIBE answered: {n} topic filter(s), packet id "
-                                  f"{p.packet_id} (no subscription existed)"))
+            self._on_unsubscribe(p, frame, actions)
         elif t is Connect:
             raise violation(SECOND_CONNECT, "a second CONNECT on the connection",
                             packet_type=PacketType.CONNECT, protocol_level=level)
