@@ -213,7 +213,8 @@ def test_dollar_topics(acl: AclFile) -> None:
     a = AclFile.parse("topic #\ntopic $SYS/#\n")
     assert not a.can_publish(None, "c", "$SYS/x")  # $SYS is never written ...
     assert a.can_publish(None, "c", "$SYS/broker/connection/b1/state")  # ... but bridge state
-    assert not a.can_publish(None, "c", "$share/g/t") and not a.can_read(None, "c", "$share/g/t")
+    b = AclFile.parse("topic $share/#\n")  # even when granted: Mosquitto's acl__check_dollar
+    assert not b.can_publish(None, "c", "$share/g/t") and not b.can_read(None, "c", "$share/g/t")
     assert not AclFile.parse("topic #\n").can_read(None, "c", "$other/x")  # '#' skips $ topics
 
 
@@ -327,3 +328,175 @@ def test_config_acl_file_relative_to_config_file(tmp_path: Path) -> None:
     f.write_text('[edge]\nacl_file = "rules.acl"\n')
     assert load_config(f, [], env={}).edge.acl_file == str(site / "rules.acl")
     assert load_config(None, [], env={}).edge.acl_file == ""
+
+
+# -- differential: a private Mosquitto 2.0 with the same file --------------------
+
+MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto")
+                                          else None)
+DIFF_ACL = GOOD + """
+pattern write open/#
+
+user root
+topic readwrite #
+"""
+USERS = ("alice", "bob", "root")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mosquitto(tmp_path_factory: pytest.TempPathFactory):
+    """A private Mosquitto with DIFF_ACL; yields its port; stopped by its pid."""
+    if MOSQUITTO is None or shutil.which("mosquitto_passwd") is None:
+        pytest.skip("mosquitto / mosquitto_passwd not installed: no differential ACL test")
+    d = tmp_path_factory.mktemp("mosq")
+    (d / "acl").write_text(DIFF_ACL)
+    for i, user in enumerate(USERS):
+        subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(d / "pw"), user,
+                        f"pw-{user}"], check=True, capture_output=True, timeout=10)
+    port = _free_port()
+    (d / "mosquitto.conf").write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npassword_file {d / 'pw'}\n"
+        f"acl_file {d / 'acl'}\npersistence false\nuser root\nlog_dest file {d / 'log'}\n"
+        "log_type all\n")
+    proc = subprocess.Popen([MOSQUITTO, "-c", str(d / "mosquitto.conf")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
+                    pytest.fail(f"mosquitto did not start on port {port}: {err[-500:]}")
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class _Client:
+    """A paho client with the acknowledgements and messages it got."""
+
+    def __init__(self, port: int, user: str | None, client_id: str, protocol) -> None:
+        import paho.mqtt.client as mqtt
+        self.acks: dict[int, int] = {}
+        self.got: list[str] = []
+        self.suback: list[int] = []
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol)
+        if user is not None:
+            self.c.username_pw_set(user, f"pw-{user}")
+        self.c.on_publish = lambda c, u, mid, rc, props: self.acks.__setitem__(mid, rc.value)
+        self.c.on_message = lambda c, u, m: self.got.append(m.topic)
+        self.c.on_subscribe = lambda c, u, mid, rcs, props: self.suback.extend(r.value for r in rcs)
+        self.c.connect("127.0.0.1", port, keepalive=30)
+        self.c.loop_start()
+
+    def wait(self, cond, what: str, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.01)
+
+    def publish(self, topic: str, qos: int = 1) -> int:
+        info = self.c.publish(topic, b"x", qos=qos)
+        self.wait(lambda: info.mid in self.acks, f"the ack of {topic!r}")
+        return self.acks[info.mid]
+
+    def close(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+PUBLISH_CASES = [
+    (None, "c1", "public/x"), (None, "c1", "in/anon"), (None, "c1", "a/b"), (None, "c1", "dev/c1/t"),
+    (None, "c1", "dev/c2/t"), (None, "c1", "dev/c1/locked"), (None, "q", "open/x"),
+    (None, "q+", "open/x"), (None, "q#r", "open/x"), (None, "q/r", "open/x"), (None, "x/y", "dev/x/y/t"),
+    ("alice", "cA", "a/b"), ("alice", "cA", "a/secret"), ("alice", "cA", "with space/a b"),
+    ("alice", "cA", "public/x"), ("alice", "cA", "$SYS/foo"), ("alice", "cA", "dev/cA/x"),
+    ("bob", "cB", "r/1"), ("bob", "cB", "users/bob/inbox"), ("bob", "b+1", "r/1"),
+]
+
+
+@pytest.mark.broker
+def test_publish_decisions_match_mosquitto(mosquitto: int) -> None:
+    import paho.mqtt.client as mqtt
+    acl = AclFile.parse(DIFF_ACL)
+    theirs, ours = [], []
+    for user, cid, topic in PUBLISH_CASES:
+        c = _Client(mosquitto, user, cid, mqtt.MQTTv5)
+        try:
+            rc = c.publish(topic)
+        finally:
+            c.close()
+        assert rc in (0x00, 0x10, 0x87), (user, cid, topic, rc)
+        theirs.append(rc != 0x87)
+        ours.append(acl.can_publish(user, cid, topic))
+    assert ours == theirs, [(case, t) for case, o, t in zip(PUBLISH_CASES, ours, theirs) if o != t]
+    assert 3 < sum(ours) < len(ours) - 3  # the cases are not all one answer
+
+
+READ_TOPICS = ["public/x", "in/anon", "a/b", "a/secret", "r/1", "users/bob/inbox", "users/alice/inbox",
+               "dev/c1/t", "dev/c1/locked", "dev/cB/t", "dev/x/y/t", "open/x"]
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("user, cid", [(None, "c1"), ("alice", "cA"), ("bob", "cB"), (None, "x/y")])
+def test_delivery_decisions_match_mosquitto(mosquitto: int, user, cid) -> None:
+    """Mosquitto grants the SUBSCRIBE to '#' (lakegate refuses it unless a read
+    grant covers '#') and delivers what the read check allows."""
+    import paho.mqtt.client as mqtt
+    acl = AclFile.parse(DIFF_ACL)
+    reader = _Client(mosquitto, user, cid, mqtt.MQTTv5)
+    root = _Client(mosquitto, "root", "root-" + cid.replace("/", "_"), mqtt.MQTTv5)
+    try:
+        reader.c.subscribe("#", qos=1)
+        reader.wait(lambda: reader.suback, "SUBACK")
+        assert reader.suback == [1]  # Mosquitto 2.0.11: every SUBSCRIBE is granted
+        assert not acl.can_subscribe(user, cid, "#")  # the documented difference
+        for t in READ_TOPICS:
+            root.publish(t)
+        marker = f"dev/{cid}/done"
+        root.publish(marker)
+        reader.wait(lambda: marker in reader.got, "the marker message")
+        got = set(reader.got) - {marker}
+        assert got == {t for t in READ_TOPICS if acl.can_read(user, cid, t)}
+        assert got  # each reader receives something
+    finally:
+        reader.close()
+        root.close()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("qos", [1, 2])
+def test_mqtt311_refused_publish_is_acknowledged_and_dropped(mosquitto: int, qos: int) -> None:
+    """MQTT 3.1.1 has no reason code: Mosquitto sends the normal PUBACK (QoS 1)
+    or PUBREC/PUBCOMP (QoS 2) and drops the message."""
+    import paho.mqtt.client as mqtt
+    acl = AclFile.parse(DIFF_ACL)
+    spy = _Client(mosquitto, "root", f"spy{qos}", mqtt.MQTTv311)
+    pub = _Client(mosquitto, None, f"c311-{qos}", mqtt.MQTTv311)
+    try:
+        spy.c.subscribe("#", qos=1)
+        spy.wait(lambda: spy.suback, "SUBACK")
+        assert not acl.can_publish(None, pub.c._client_id.decode(), "a/refused")
+        assert pub.publish("a/refused", qos=qos) == 0  # acknowledged ...
+        assert pub.publish("in/anon", qos=qos) == 0
+        spy.wait(lambda: "in/anon" in spy.got, "the allowed message")
+        assert "a/refused" not in spy.got  # ... and dropped
+    finally:
+        spy.close()
+        pub.close()
