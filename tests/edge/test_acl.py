@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -343,6 +344,19 @@ topic readwrite #
 USERS = ("alice", "bob", "root")
 
 
+@dataclass
+class _Broker:
+    port: int
+    log: Path
+
+    def wait_log(self, line: str, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while line not in self.log.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"mosquitto did not log {line!r}")
+            time.sleep(0.02)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -351,7 +365,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def mosquitto(tmp_path_factory: pytest.TempPathFactory):
-    """A private Mosquitto with DIFF_ACL; yields its port; stopped by its pid."""
+    """A private Mosquitto with DIFF_ACL; yields its port and log; stopped by its pid."""
     if MOSQUITTO is None or shutil.which("mosquitto_passwd") is None:
         pytest.skip("mosquitto / mosquitto_passwd not installed: no differential ACL test")
     d = tmp_path_factory.mktemp("mosq")
@@ -377,7 +391,7 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory):
                     err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
                     pytest.fail(f"mosquitto did not start on port {port}: {err[-500:]}")
                 time.sleep(0.05)
-        yield port
+        yield _Broker(port, d / "log")
     finally:
         proc.terminate()
         try:
@@ -432,12 +446,12 @@ PUBLISH_CASES = [
 
 
 @pytest.mark.broker
-def test_publish_decisions_match_mosquitto(mosquitto: int) -> None:
+def test_publish_decisions_match_mosquitto(mosquitto: _Broker) -> None:
     import paho.mqtt.client as mqtt
     acl = AclFile.parse(DIFF_ACL)
     theirs, ours = [], []
     for user, cid, topic in PUBLISH_CASES:
-        c = _Client(mosquitto, user, cid, mqtt.MQTTv5)
+        c = _Client(mosquitto.port, user, cid, mqtt.MQTTv5)
         try:
             rc = c.publish(topic)
         finally:
@@ -455,13 +469,13 @@ READ_TOPICS = ["public/x", "in/anon", "a/b", "a/secret", "r/1", "users/bob/inbox
 
 @pytest.mark.broker
 @pytest.mark.parametrize("user, cid", [(None, "c1"), ("alice", "cA"), ("bob", "cB"), (None, "x/y")])
-def test_delivery_decisions_match_mosquitto(mosquitto: int, user, cid) -> None:
+def test_delivery_decisions_match_mosquitto(mosquitto: _Broker, user, cid) -> None:
     """Mosquitto grants the SUBSCRIBE to '#' (lakegate refuses it unless a read
     grant covers '#') and delivers what the read check allows."""
     import paho.mqtt.client as mqtt
     acl = AclFile.parse(DIFF_ACL)
-    reader = _Client(mosquitto, user, cid, mqtt.MQTTv5)
-    root = _Client(mosquitto, "root", "root-" + cid.replace("/", "_"), mqtt.MQTTv5)
+    reader = _Client(mosquitto.port, user, cid, mqtt.MQTTv5)
+    root = _Client(mosquitto.port, "root", "root-" + cid.replace("/", "_"), mqtt.MQTTv5)
     try:
         reader.c.subscribe("#", qos=1)
         reader.wait(lambda: reader.suback, "SUBACK")
@@ -482,13 +496,32 @@ def test_delivery_decisions_match_mosquitto(mosquitto: int, user, cid) -> None:
 
 @pytest.mark.broker
 @pytest.mark.parametrize("qos", [1, 2])
-def test_mqtt311_refused_publish_is_acknowledged_and_dropped(mosquitto: int, qos: int) -> None:
-    """MQTT 3.1.1 has no reason code: Mosquitto sends the normal PUBACK (QoS 1)
-    or PUBREC/PUBCOMP (QoS 2) and drops the message."""
+def test_mqtt5_refused_publish_gets_0x87_at_both_qos(mosquitto: _Broker, qos: int) -> None:
     import paho.mqtt.client as mqtt
+    pub = _Client(mosquitto.port, None, f"c5-{qos}", mqtt.MQTTv5)
+    try:
+        rc = pub.publish("a/refused", qos=qos)
+        # PUBACK / PUBREC 0x87 Not authorized. At QoS 2 paho 2.2 still sends a
+        # PUBREL after the failed PUBREC and reports the PUBCOMP's code, so the
+        # broker's log is the witness.
+        mosquitto.wait_log(f"Sending {'PUBACK' if qos == 1 else 'PUBREC'} to c5-{qos} (m1, rc135)")
+        assert rc == (0x87 if qos == 1 else 0)
+        assert pub.publish("in/anon", qos=qos) in (0x00, 0x10)
+    finally:
+        pub.close()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("qos", [1, 2])
+@pytest.mark.parametrize("level", [3, 4])
+def test_mqtt3_refused_publish_is_acknowledged_and_dropped(mosquitto: _Broker, level: int, qos: int) -> None:
+    """MQTT 3.1 and 3.1.1 have no reason code: Mosquitto sends the normal
+    PUBACK (QoS 1) or PUBREC/PUBCOMP (QoS 2) and drops the message."""
+    import paho.mqtt.client as mqtt
+    protocol = {3: mqtt.MQTTv31, 4: mqtt.MQTTv311}[level]
     acl = AclFile.parse(DIFF_ACL)
-    spy = _Client(mosquitto, "root", f"spy{qos}", mqtt.MQTTv311)
-    pub = _Client(mosquitto, None, f"c311-{qos}", mqtt.MQTTv311)
+    spy = _Client(mosquitto.port, "root", f"spy{level}{qos}", protocol)
+    pub = _Client(mosquitto.port, None, f"c3-{level}{qos}", protocol)
     try:
         spy.c.subscribe("#", qos=1)
         spy.wait(lambda: spy.suback, "SUBACK")
