@@ -61,8 +61,7 @@ does, so what a client receives is what Mosquitto would deliver to it.
 
 Second difference: Mosquitto rereads the file on SIGHUP; :class:`AclWatcher`
 rereads it when it changes (modification time, size or inode), and a file
-that does not parse on reload keeps the previous rules (Mosquitto would keep
-running with no ACL entries after a failed reload).
+that does not parse on reload keeps the previous rules.
 """
 
 from __future__ import annotations
