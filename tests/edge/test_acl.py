@@ -86,8 +86,8 @@ def test_not_utf8_is_an_error() -> None:
 
 
 def test_comments_blank_lines_crlf_and_trailing_blanks() -> None:
-    a = AclFile.parse("#c\r\n\r\n   \r\ntopic read  a/b  \r\n#topic write a/b\n", "x")
-    assert len(a) == 1
+    a = AclFile.parse("#c\r\n\r\n   \r\ntopic read  a/b  \r\n#topic write a/b\n  topic  write  lead\n", "x")
+    assert len(a) == 2 and a.can_publish(None, "c", "lead")
     assert a.can_read(None, "c", "a/b") and not a.can_publish(None, "c", "a/b")
 
 
