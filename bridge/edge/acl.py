@@ -42,22 +42,23 @@ Mosquitto's does, first answer wins:
 So a ``deny`` wins over grants of the same kind (user entries, or patterns),
 but a user's own grant is found before a ``deny`` pattern is looked at.
 
-Difference: SUBSCRIBE. Mosquitto 2.0.11's ``acl_file`` grants every
-SUBSCRIBE (its check returns success for ``MOSQ_ACL_SUBSCRIBE``, marked
-"FIXME - implement ACL subscription strings"; 2.1's acl-file plugin still
-does) and filters only at delivery with the read check. Lakegate refuses a
-SUBSCRIBE that no read grant covers, so that a client learns of the refusal
-(SUBACK 0x87 / 0x80) instead of silently receiving nothing:
-:meth:`AclFile.can_subscribe` runs steps 2-5 with "covers" in place of
-"matches", where an entry covers a filter when every topic the filter matches
-is matched by the entry (Mosquitto's ``mosquitto_sub_matches_acl``, the test
-its bridges and dynamic-security plugin use: a ``+`` level covers any level
-but ``#``, ``#`` covers the rest, a literal level covers only itself). A
-``deny`` refuses the SUBSCRIBE only when it covers the whole filter; one that
-overlaps part of it is applied at delivery by :meth:`AclFile.can_read`. A
-shared subscription ``$share/{group}/{filter}`` is checked as ``{filter}``.
-Delivery is always checked again with :meth:`AclFile.can_read`, as Mosquitto
-does, so what a client receives is what Mosquitto would deliver to it.
+SUBSCRIBE. Mosquitto 2.0.11's ``acl_file`` grants every SUBSCRIBE (its
+check returns success for ``MOSQ_ACL_SUBSCRIBE``, marked "FIXME - implement
+ACL subscription strings"; 2.1's acl-file plugin still does) and filters only
+at delivery with the read check. Lakegate refuses (SUBACK 0x87 / 0x80) only
+the SUBSCRIBEs that could never deliver anything: a filter is granted when
+some ``read``/``readwrite`` entry *overlaps* it (some topic matches both, see
+:func:`overlaps`) and no ``deny`` entry *covers* it (matches every topic the
+filter matches, :func:`covers`, Mosquitto's ``mosquitto_sub_matches_acl``);
+deny entries are looked at first, then grants, user section before
+patterns, as for the other checks. So a file written for Mosquitto keeps
+working unchanged: a client with ``topic read public/#`` that subscribes to
+``#`` is granted ``#`` and receives ``public/...`` only, exactly as with
+Mosquitto, while one that subscribes to ``private/#`` learns at once that it
+will receive nothing. A shared subscription ``$share/{group}/{filter}`` is
+checked as ``{filter}``. Delivery is always checked again with
+:meth:`AclFile.can_read`, as Mosquitto does, so what a client receives is
+what Mosquitto would deliver to it.
 
 Second difference: Mosquitto rereads the file on SIGHUP; :class:`AclWatcher`
 rereads it when it changes (modification time, size or inode), and a file
@@ -72,7 +73,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AclFile", "AclFileError", "AclWatcher", "covers", "topic_matches"]
+__all__ = ["AclFile", "AclFileError", "AclWatcher", "covers", "overlaps", "topic_matches"]
 
 log = logging.getLogger("bridge.edge.acl")
 
@@ -160,6 +161,28 @@ def covers(acl_filter: str, topic_filter: str) -> bool:
         if "+" in level or "#" in level or level != s[i]:
             return False
     return len(a) == len(s)
+
+
+def overlaps(acl_filter: str, topic_filter: str) -> bool:
+    """Whether some topic name matches both filters: ``+`` and a literal
+    level overlap, ``#`` overlaps everything from its level on (its parent
+    level too); ``$`` as in :func:`topic_matches`."""
+    if not acl_filter or not topic_filter:
+        return False
+    if (acl_filter[0] == "$") != (topic_filter[0] == "$"):
+        return False
+    a = acl_filter.split("/")
+    s = topic_filter.split("/")
+    for i in range(max(len(a), len(s))):
+        x = a[i] if i < len(a) else None
+        y = s[i] if i < len(s) else None
+        if x == "#" or y == "#":
+            return True
+        if x is None or y is None:
+            return False
+        if x != "+" and y != "+" and x != y:
+            return False
+    return True
 
 
 def _substitute(pattern: str, client_id: str, username: str | None) -> str:
@@ -292,14 +315,32 @@ class AclFile:
 
     def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
         """May this client SUBSCRIBE to ``topic_filter``? True when a read grant
-        covers the whole filter and no deny covers it (see the module
-        docstring: Mosquitto 2.0 grants every SUBSCRIBE)."""
+        overlaps the filter and no deny covers it (see the module docstring:
+        Mosquitto 2.0 grants every SUBSCRIBE; delivery is checked again)."""
         if topic_filter.startswith("$share/"):
             parts = topic_filter.split("/", 2)
             if len(parts) < 3:
                 return False
             topic_filter = parts[2]
-        return self._check(username, client_id, topic_filter, _READ, covers)
+        if not topic_filter:
+            return False
+        for e in self._users.get(username, ()):
+            if e.access == _NONE and covers(e.topic, topic_filter):
+                return False
+        for e in self._users.get(username, ()):
+            if e.access & _READ and overlaps(e.topic, topic_filter):
+                return True
+        if not self._patterns:
+            return False
+        if (username is not None and ("+" in username or "#" in username)) \
+                or "+" in client_id or "#" in client_id:
+            return False
+        subst = [(p, _substitute(p.topic, client_id, username)) for p in self._patterns
+                 if not (p.uses_username and username is None)]
+        for p, t in subst:
+            if p.access == _NONE and covers(t, topic_filter):
+                return False
+        return any(p.access & _READ and overlaps(t, topic_filter) for p, t in subst)
 
     def _check(self, username: str | None, client_id: str, topic: str, access: int,
                match) -> bool:

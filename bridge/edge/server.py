@@ -74,6 +74,7 @@ from bridge.capture.errors import CaptureError
 from bridge.config import Config, ConfigError
 from bridge.edge import rules as edge_rules
 from bridge.edge.acks import DurableAcks, ForwardWaiter
+from bridge.edge.acl import AclFileError, AclWatcher
 from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
 from bridge.edge.connection import Connection, remote_address
@@ -170,6 +171,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         self.stopped = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        if edge.acl_file:
+            try:
+                watcher = await asyncio.to_thread(AclWatcher, edge.acl_file)
+            except (OSError, AclFileError) as exc:
+                raise ConfigError("edge.acl_file", self.config.sources.get("edge.acl_file",
+                                                                           "default"),
+                                  str(exc)) from None
+            self.router.acl = lambda: watcher.current(time.monotonic())
+            log.info("edge ACL: %s (%d entries)", edge.acl_file, len(watcher.current(
+                time.monotonic())))
         if edge.password_file:
             self.passwords = await asyncio.to_thread(PasswordFile, edge.password_file)
             self.auth = AuthQueue(edge.auth_workers, edge.auth_max_pending,

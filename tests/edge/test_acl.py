@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.edge.acl import AclFile, AclFileError, AclWatcher, covers, topic_matches
+from bridge.edge.acl import AclFile, AclFileError, AclWatcher, covers, overlaps, topic_matches
 
 GOOD = """\
 # lakegate ACL test file
@@ -241,15 +241,18 @@ def test_covers(acl_filter: str, sub: str, covered: bool) -> None:
 
 def test_can_subscribe(acl: AclFile) -> None:
     assert acl.can_subscribe(None, "c", "public/#") and acl.can_subscribe(None, "c", "public/+/x")
-    assert not acl.can_subscribe(None, "c", "#")          # not covered by public/#
+    assert acl.can_subscribe(None, "c", "#")              # overlaps public/#: filtered at delivery
+    assert not acl.can_subscribe(None, "c", "private/#")  # no read grant overlaps it
     assert not acl.can_subscribe(None, "c", "in/anon")    # write only
     assert acl.can_subscribe("alice", "c", "a/#")         # a deny inside is applied at delivery
     assert not acl.can_subscribe("alice", "c", "a/secret")  # a deny covering it refuses
     assert acl.can_subscribe("alice", "c", "$SYS/broker/#")
-    assert acl.can_subscribe("bob", "d7", "dev/d7/#") and not acl.can_subscribe("bob", "d7", "dev/+/x")
+    assert acl.can_subscribe("bob", "d7", "dev/d7/#") and acl.can_subscribe("bob", "d7", "dev/+/x")
+    assert not acl.can_subscribe("bob", "d7", "dev/d8/x")
     assert not acl.can_subscribe("bob", "d+", "dev/d+/#")
     assert acl.can_subscribe(None, "c", "$share/g/public/#")
-    assert not acl.can_subscribe(None, "c", "$share/g/#") and not acl.can_subscribe(None, "c", "$share/g")
+    assert acl.can_subscribe(None, "c", "$share/g/#") and not acl.can_subscribe(None, "c", "$share/g")
+    assert not acl.can_subscribe(None, "c", "$share/g/private/#")
 
 
 # -- reload ------------------------------------------------------------------
@@ -470,8 +473,8 @@ READ_TOPICS = ["public/x", "in/anon", "a/b", "a/secret", "r/1", "users/bob/inbox
 @pytest.mark.broker
 @pytest.mark.parametrize("user, cid", [(None, "c1"), ("alice", "cA"), ("bob", "cB"), (None, "x/y")])
 def test_delivery_decisions_match_mosquitto(mosquitto: _Broker, user, cid) -> None:
-    """Mosquitto grants the SUBSCRIBE to '#' (lakegate refuses it unless a read
-    grant covers '#') and delivers what the read check allows."""
+    """Mosquitto grants the SUBSCRIBE to '#' (so does lakegate when any read
+    grant overlaps '#') and delivers what the read check allows."""
     import paho.mqtt.client as mqtt
     acl = AclFile.parse(DIFF_ACL)
     reader = _Client(mosquitto.port, user, cid, mqtt.MQTTv5)
@@ -480,7 +483,7 @@ def test_delivery_decisions_match_mosquitto(mosquitto: _Broker, user, cid) -> No
         reader.c.subscribe("#", qos=1)
         reader.wait(lambda: reader.suback, "SUBACK")
         assert reader.suback == [1]  # Mosquitto 2.0.11: every SUBSCRIBE is granted
-        assert not acl.can_subscribe(user, cid, "#")  # the documented difference
+        assert acl.can_subscribe(user, cid, "#")  # granted as by Mosquitto, filtered at delivery
         for t in READ_TOPICS:
             root.publish(t)
         marker = f"dev/{cid}/done"
@@ -533,3 +536,13 @@ def test_mqtt3_refused_publish_is_acknowledged_and_dropped(mosquitto: _Broker, l
     finally:
         spy.close()
         pub.close()
+
+
+@pytest.mark.parametrize("acl_filter, sub, expected", [
+    ("a/#", "#", True), ("a/#", "a", True), ("a/+", "a/b", True), ("a/+", "a/b/c", False),
+    ("a/b", "a/+", True), ("a/b", "c/+", False), ("+/+", "a", False), ("#", "$SYS/x", False),
+    ("$SYS/#", "$SYS/+", True), ("a/b/c", "a/#", True), ("a", "a/b", False),
+])
+def test_overlaps(acl_filter: str, sub: str, expected: bool) -> None:
+    assert overlaps(acl_filter, sub) is expected
+    assert overlaps(sub, acl_filter) is expected  # symmetric
