@@ -55,6 +55,7 @@ __all__ = [
 ENV_PREFIX = "LAKEGATE_"
 #: Keys that name a file or directory on the local file system.
 PATH_KEYS = frozenset({"data_dir", "edge.tls_cert_file", "edge.tls_key_file", "edge.password_file",
+                       "edge.acl_file",
                        "amqp.tls_ca_file", "tap.tls_ca_file"})
 #: Bookkeeping fields of Config that are not configuration keys.
 _META = ("sources", "bases")
@@ -113,6 +114,9 @@ class EdgeConfig:
     allow_anonymous: bool = True
     #: Password file managed by ``lakegate passwd``; empty = no password check.
     password_file: str = ""
+    #: Mosquitto-format ACL file (user/topic/pattern lines), reread when it
+    #: changes; empty = no authorization (every client may publish and subscribe).
+    acl_file: str = ""
     #: "capture": PUBACK/PUBREC once the frame is durable in the capture log;
     #: "forward": once the AMQP peer accepted the forwarded message.
     ack_after: str = "capture"
@@ -140,6 +144,17 @@ class EdgeConfig:
     #: QoS 2 ids awaiting PUBREL kept across disconnected sessions; beyond it
     #: the longest-disconnected sessions are dropped.
     max_stored_qos2_ids: int = 200000
+    #: QoS 1/2 PUBLISH packets the edge sends a subscriber before it must wait
+    #: for acknowledgements (MQTT 5: at most the client's Receive Maximum).
+    max_inflight_messages: int = 20
+    #: Messages queued per session (waiting to be sent, or for a disconnected
+    #: persistent session); beyond it the oldest are dropped, counted and logged.
+    max_queued_messages: int = 1000
+    #: The same bound in payload bytes.
+    max_queued_bytes: int = 67108864
+    #: Subscriptions one client may hold; a SUBSCRIBE beyond it is refused
+    #: per filter (SUBACK 0x97 Quota exceeded; 3.x 0x80).
+    max_subscriptions_per_client: int = 1000
 
 
 @dataclass
@@ -324,6 +339,10 @@ _POSITIVE = {
     "edge.max_buffered_bytes",
     "edge.max_persistent_sessions",
     "edge.max_stored_qos2_ids",
+    "edge.max_inflight_messages",
+    "edge.max_queued_messages",
+    "edge.max_queued_bytes",
+    "edge.max_subscriptions_per_client",
     "job.max_records_per_trigger",
     "spark.shuffle_partitions",
 }

@@ -39,4 +39,6 @@ HEADER_KEYS = {
     "reject": "rule id, when the edge rejected the frame (the frame is recorded, not acted on)",
     "reject_code": "with reject: the reason code the edge sent (decimal)",
     "reject_error": "with reject: the error message",
+    "granted": "on a SUBSCRIBE: the SUBACK's reason codes, one byte per filter, as hex",
+    "ack_ref": "on a subscriber's PUBACK/PUBREC/PUBCOMP: partition:offset of the message acknowledged",
 }

@@ -95,4 +95,6 @@ class DurableAcks:
             if conn.watching is fut:
                 conn.watching = None
             conn.drain()
+        if self._fanout_wait:
+            self._released(fut)  # messages for subscribers (bridge.edge.fanout)
 

@@ -37,13 +37,18 @@ class Capture:
     ``qos2``: the entry whose capture coordinates this record sets.
     ``release``: on a PUBREL, the entry it releases (adds ``rel_topic`` and
     ``rel_seq`` to the headers at append time, see :meth:`final_headers`).
+    ``deliver``: on an accepted PUBLISH, its topic (an inbound Topic Alias
+    resolved): the server hands the message to matching subscribers once
+    the record is durable. A re-sent QoS 2 PUBLISH (``dup``) has none: it
+    was delivered the first time.
     """
 
-    __slots__ = ("frame", "headers", "reply", "quota", "forward", "qos2", "release")
+    __slots__ = ("frame", "headers", "reply", "quota", "forward", "qos2", "release", "deliver")
 
     def __init__(self, frame: bytes, headers: list[tuple[str, bytes]], reply: bytes | None = None,
                  quota: int = 0, forward: bool | Qos2Entry | None = None,
-                 qos2: Qos2Entry | None = None, release: Qos2Entry | None = None) -> None:
+                 qos2: Qos2Entry | None = None, release: Qos2Entry | None = None,
+                 deliver: str | None = None) -> None:
         self.frame = frame
         self.headers = headers
         self.reply = reply
@@ -51,6 +56,7 @@ class Capture:
         self.forward = forward
         self.qos2 = qos2
         self.release = release
+        self.deliver = deliver
 
     def final_headers(self) -> list[tuple[str, bytes]]:
         """The headers to append with (a PUBREL's rel_topic/rel_seq are read

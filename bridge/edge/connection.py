@@ -94,6 +94,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.resume("write")
+        self.server.pump(self)  # deliveries held while the peer did not read
 
     def pause(self, why: str) -> None:
         if not self.paused_by and self.transport is not None and not self.transport.is_closing():

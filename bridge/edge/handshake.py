@@ -66,11 +66,14 @@ class Limits:
     max_inflight_qos2: int = 1024
     connect_timeout_s: float = 10.0
     retain_available: bool = True
+    max_inflight_messages: int = 20
+    max_subscriptions_per_client: int = 1000
 
     @classmethod
     def from_config(cls, edge: EdgeConfig) -> Limits:
         return cls(edge.max_packet_bytes, edge.receive_maximum, edge.topic_alias_maximum,
-                   edge.max_inflight_qos2, edge.connect_timeout_s, edge.retain_available)
+                   edge.max_inflight_qos2, edge.connect_timeout_s, edge.retain_available,
+                   edge.max_inflight_messages, edge.max_subscriptions_per_client)
 
 
 # ------------------------------------------------------------------ states
@@ -145,6 +148,9 @@ class ConnectHandshake:
         self.state = CONNECTED
         actions.append(Capture(*self._connect_record(), reply=None))
         actions.append(Send(connack))
+        client.username = self.username
+        self.router.attach(client)
+        actions.extend(self._resume_deliveries(now))  # [MQTT-4.4.0-1]
         if self._buf:
             actions.extend(self._process_buffer())
         return actions

@@ -20,7 +20,9 @@ import logging
 import time
 
 from bridge.capture.errors import CaptureError
-from bridge.edge.persist import SNAPSHOT_INTERVAL_S, write_snapshot
+from bridge.capture.commits import hold_offsets
+from bridge.edge.journal import session_doc
+from bridge.edge.persist import SNAPSHOT_INTERVAL_S, hold_floor, write_snapshot
 from bridge.edge.session import WillMessage
 
 __all__ = ["SessionHousekeeping"]
@@ -50,10 +52,13 @@ class SessionHousekeeping:
 
     def _capture_will(self, w: WillMessage) -> None:
         try:
-            self.log.append(w.conn_id, w.key, w.frame, w.headers)
+            ack = self.log.append(w.conn_id, w.key, w.frame, w.headers)
         except CaptureError as exc:
             self.log_failed(exc)
             return
+        if self.router.sessions:
+            level = next((int(v) for k, v in w.headers if k == "proto"), 4)
+            self._route(w.frame, level, None, w.client_id, ack)
         log.info("%s client=%s: will captured (%d bytes)", w.conn_id, w.client_id, len(w.frame))
 
     # ------------------------------------------------------------ snapshots
@@ -65,9 +70,13 @@ class SessionHousekeeping:
     def _expire_sessions(self) -> None:
         """Drop expired sessions, then those beyond the store's bounds (logged)."""
         gone = self.store.expire(time.time())
+        for cid in gone:
+            self.router.drop(cid)
         if gone:
             log.info("%d persistent sessions expired (first: client=%s)", len(gone), gone[0])
         dropped = self.store.bound()
+        for cid, _n in dropped:
+            self.router.drop(cid)
         if dropped:
             e = self.edge
             log.warning("%d persistent sessions dropped, the longest disconnected first, with %d "
@@ -81,6 +90,7 @@ class SessionHousekeeping:
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
             self._expire_sessions()
+            self._log_drops()
             if self.log.next_seq != self._snapshot_seq:
                 try:
                     await self.snapshot()
@@ -104,15 +114,22 @@ class SessionHousekeeping:
         those beyond the store's bounds dropped first)."""
         self._expire_sessions()
         doc = self.store.to_json()
+        router = self.router
+        for cid, entry in doc.items():
+            entry.update(session_doc(router, self.store.sessions[cid]))
         wills = self.owed_wills()
         offsets = self.log.next_offsets()
         seq = self.log.next_seq
         state_dir = self.config.edge_state_dir
         stream = self.log.stream
+        root = self.log.root
+        hold = hold_floor(doc, offsets)
 
         def work() -> None:
             self.log.flush()
             write_snapshot(state_dir, doc, offsets, stream, wills)
+            # retention keeps what the snapshot refers to, and the replay after it
+            hold_offsets(root, "edge-sessions", dict(enumerate(hold)))
 
         await asyncio.to_thread(work)
         self._snapshot_seq = seq

@@ -10,9 +10,9 @@ packets a client may send, and DISCONNECT. Sans-IO.
   :class:`~bridge.edge.state.ClientSession` (bounded by
   ``edge.max_inflight_qos2``), a re-sent one is captured marked ``dup``.
 * PUBREL releases the QoS 2 entry (PUBCOMP once durable), PINGREQ gets
-  PINGRESP (not captured), SUBSCRIBE / UNSUBSCRIBE are answered with refusals
-  (the edge delivers to no subscriber), PUBACK / PUBREC / PUBCOMP are
-  captured, a second CONNECT is a Protocol Error.
+  PINGRESP (not captured), SUBSCRIBE / UNSUBSCRIBE and the PUBACK / PUBREC /
+  PUBCOMP a subscriber sends go to :mod:`bridge.edge.subscribing`, a second
+  CONNECT is a Protocol Error.
 * DISCONNECT: its Session Expiry Interval, the Will dropped on 0x00, close.
 
 :class:`InboundFlows` is a part of :class:`bridge.edge.session.Session` and
@@ -74,6 +74,10 @@ class InboundFlows:
                             "Retain Available 0", packet_type=PacketType.PUBLISH,
                             protocol_level=self.level)
         qos = p.qos
+        acl = self.router.acl
+        if acl is not None and not acl().can_publish(self.username, self.client_id, topic):
+            self._acl_refused(p, frame, headers, topic, actions)
+            return
         if self.level == 5 and p.properties.payload_format_indicator == 1:
             try:
                 check_payload_format(p)  # [LG-payload-format-invalid], MQTT 5.0 3.3.2.3.2
@@ -81,7 +85,7 @@ class InboundFlows:
                 self._refuse_publish(p, frame, headers, err, actions)
                 return
         if qos == 0:
-            actions.append(Capture(frame, headers))
+            actions.append(Capture(frame, headers, deliver=topic))
             return
         pid = p.packet_id
         if qos == 1:
@@ -89,7 +93,8 @@ class InboundFlows:
                 self._count_inflight()  # raises in MQTT 5 [MQTT-3.3.4-7]
             else:
                 self._inflight += 1
-            actions.append(Capture(frame, headers, _ACK_PACK(0x40, 2, pid), 1, True))
+            actions.append(Capture(frame, headers, _ACK_PACK(0x40, 2, pid), 1, True,
+                                   deliver=topic))
             return
         entries = self.client.qos2
         entry = entries.get(pid)
@@ -113,7 +118,8 @@ class InboundFlows:
         entry = Qos2Entry(topic)
         entries[pid] = entry
         self._qos2_here.add(pid)
-        actions.append(Capture(frame, headers, _ACK.pack(0x50, 2, pid), 0, True, entry))
+        actions.append(Capture(frame, headers, _ACK.pack(0x50, 2, pid), 0, True, entry,
+                               deliver=topic))
 
     def _refuse_publish(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
                         err: MqttError, actions: list[Action]) -> None:
@@ -141,6 +147,31 @@ class InboundFlows:
             self._count_inflight()  # a refused PUBLISH counts until its ack is written
         first = 0x40 if qos == 1 else 0x50
         actions.append(Capture(frame, marked, _ACK_RC.pack(first, 3, pid, err.reason_code), quota))
+
+    def _acl_refused(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
+                     topic: str, actions: list[Action]) -> None:
+        """The ACL does not let this client publish to ``topic``
+        [LG-acl-publish]: MQTT 5 refuses with 0x87 (see
+        :meth:`_refuse_publish`); 3.x has no reason code, so the PUBLISH is
+        acknowledged as usual and dropped, as Mosquitto does (a QoS 2 one
+        keeps no Packet Identifier: its PUBREL gets PUBCOMP all the same).
+        Either way the frame is captured marked and delivered to no one."""
+        err = edge_rules.edge_violation(
+            edge_rules.ACL_PUBLISH, f"not authorized to publish to a {len(topic)}-character "
+            "topic", protocol_level=self.level, packet_type=PacketType.PUBLISH)
+        if self.level == 5:
+            self._refuse_publish(p, frame, headers, err, actions)
+            return
+        marked = headers + [("reject", err.rule.encode()),
+                            ("reject_code", str(err.reason_code).encode()),
+                            ("reject_error", str(err).encode())]
+        reply = None
+        if p.qos:
+            self._count_inflight()
+            reply = _ACK_PACK(0x40 if p.qos == 1 else 0x50, 2, p.packet_id)
+        actions.append(Capture(frame, marked, reply, 1 if p.qos else 0))
+        actions.append(Notice(f"PUBLISH packet id {p.packet_id} to a {len(topic)}-character "
+                              f"topic not authorized [{err.rule}]: acknowledged and dropped"))
 
     def _count_inflight(self) -> None:
         if self._inflight >= self._receive_maximum and self.level == 5:
@@ -178,27 +209,12 @@ class InboundFlows:
             actions.append(Send(_PINGRESP))
         elif t is Disconnect:
             self._on_disconnect(p, frame, actions)
-        elif t is PubRec:
-            # The edge sends no PUBLISH, so this PUBREC answers nothing; a
-            # sender must still answer PUBREC < 0x80 with PUBREL [MQTT-4.3.3-4].
-            reply = None
-            if p.reason_code < 0x80:
-                reply = (_ACK_RC.pack(0x62, 3, p.packet_id, 0x92) if level == 5
-                         else _ack(0x62, p.packet_id))
-            actions.append(Capture(frame, headers, reply))
-        elif t is PubAck or t is PubComp:
-            actions.append(Capture(frame, headers))
+        elif t is PubAck or t is PubRec or t is PubComp:
+            self._on_subscriber_ack(p, frame, actions)
         elif t is Subscribe:
-            n = len(p.subscriptions)
-            actions.append(Capture(frame, headers, encode_suback(p.packet_id, n, level)))
-            actions.append(Notice(f"SUBSCRIBE refused: {n} topic filter(s), packet id "
-                                  f"{p.packet_id} (no subscriber delivery)"))
+            self._on_subscribe(p, frame, actions)
         elif t is Unsubscribe:
-            n = len(p.topic_filters)
-            reply = encode_unsuback(p.packet_id, n) if level == 5 else _ack(0xB0, p.packet_id)
-            actions.append(Capture(frame, headers, reply))
-            actions.append(Notice(f"UNSUBSCRIBE answered: {n} topic filter(s), packet id "
-                                  f"{p.packet_id} (no subscription existed)"))
+            self._on_unsubscribe(p, frame, actions)
         elif t is Connect:
             raise violation(SECOND_CONNECT, "a second CONNECT on the connection",
                             packet_type=PacketType.CONNECT, protocol_level=level)

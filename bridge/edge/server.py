@@ -74,12 +74,15 @@ from bridge.capture.errors import CaptureError
 from bridge.config import Config, ConfigError
 from bridge.edge import rules as edge_rules
 from bridge.edge.acks import DurableAcks, ForwardWaiter
+from bridge.edge.acl import AclFileError, AclWatcher
 from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
 from bridge.edge.connection import Connection, remote_address
+from bridge.edge.fanout import FanOut
 from bridge.edge.housekeeping import SessionHousekeeping
 from bridge.edge.incomplete import IncompleteFrames
 from bridge.edge.persist import recover
+from bridge.edge.router import Router
 from bridge.edge.session import (
     Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage, version_name,
 )
@@ -102,7 +105,7 @@ def _base36(n: int) -> str:
             return out
 
 
-class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
+class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
     """The MQTT edge server (see the module docstring).
 
     ``log``: an open :class:`CaptureLog` to use (tests); by default the
@@ -127,6 +130,11 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
         self.log = log
         self._own_log = log is None
         self.store = SessionStore()
+        #: subscriptions of every session, and fan-out (bridge.edge.router)
+        self.router = Router(max_queued_messages=edge.max_queued_messages,
+                             max_queued_bytes=edge.max_queued_bytes)
+        self._fanout_wait: dict = {}
+        self._drop_seen: dict = {}
         self.passwords: PasswordFile | None = None
         self.auth: AuthQueue | None = None
         self.forward: ForwardWaiter | None = None
@@ -163,6 +171,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
         self.stopped = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        if edge.acl_file:
+            try:
+                watcher = await asyncio.to_thread(AclWatcher, edge.acl_file)
+            except (OSError, AclFileError) as exc:
+                raise ConfigError("edge.acl_file", self.config.sources.get("edge.acl_file",
+                                                                           "default"),
+                                  str(exc)) from None
+            self.router.acl = lambda: watcher.current(time.monotonic())
+            log.info("edge ACL: %s (%d entries)", edge.acl_file, len(watcher.current(
+                time.monotonic())))
         if edge.password_file:
             self.passwords = await asyncio.to_thread(PasswordFile, edge.password_file)
             self.auth = AuthQueue(edge.auth_workers, edge.auth_max_pending,
@@ -173,13 +191,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
         t0 = time.monotonic()
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
-            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream)
+            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream,
+            self.router, time.time() - self.loop.time())
         self._configure_store()
         self._expire_sessions()
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "
-                 "%d Wills owed, %d capture records replayed in %.2f s", len(self.store),
-                 sum(len(s.qos2) for s in self.store.sessions.values()), len(owed_wills), replayed,
-                 time.monotonic() - t0)
+                 "%d subscriptions, %d queued or unacknowledged deliveries, %d Wills owed, "
+                 "%d capture records replayed in %.2f s", len(self.store),
+                 sum(len(s.qos2) for s in self.store.sessions.values()), len(self.router.tree),
+                 sum(len(s.outbox) for s in self.store.sessions.values() if s.outbox is not None),
+                 len(owed_wills), replayed, time.monotonic() - t0)
         # Wills the last run owed when it died: as for connections lost just now
         for w in owed_wills.values():
             log.info("%s client=%s: will owed from before the restart (%d bytes), captured %s",
@@ -224,7 +245,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
         conn.remote = remote_address(peer)
         conn.host = str(peer[0]) if isinstance(peer, tuple) and peer else conn.remote
         busy = len(self.conns) >= self.edge.max_connections
-        conn.session = Session(conn.conn_id, conn.remote, self.limits, now, busy=busy)
+        conn.session = Session(conn.conn_id, conn.remote, self.limits, now, busy=busy,
+                               router=self.router)
         self.conns.add(conn)
         self._idle.clear()
         self.stats["connections"] += 1
@@ -269,6 +291,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
         if self.clients.get(cid) is conn:
             del self.clients[cid]
         self.store.close(conn.client, time.time())
+        if not conn.client.persistent:  # a clean session's subscriptions end with it
+            self.router.drop(cid)
 
     # ------------------------------------------------------------ actions
     def perform(self, conn: Connection, actions: list) -> None:
@@ -292,6 +316,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
                 conn.last_fut = fut
                 if a.qos2 is not None:
                     a.captured(ack.partition, ack.offset, ack.seq)
+                if a.deliver is not None and self.router.sessions:
+                    self._route(a.frame, conn.session.level, a.deliver, conn.session.client_id,
+                                ack)
                 if a.reply is not None:
                     fwd = None
                     f = a.forward
@@ -402,6 +429,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping):
                 self._capture_will(pending[1])
         client, present = self.store.open(cid, req.clean_start, req.expiry_s, time.time(),
                                           req.protocol_level)
+        if not present:  # a new session: nothing of an earlier one survives [MQTT-3.1.2-4]
+            self.router.drop(cid)
         conn.client = client
         self.clients[cid] = conn
         log.info("open %s client=%s v=%s remote=%s%s clean=%d keepalive=%d session_present=%d "

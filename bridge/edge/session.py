@@ -79,7 +79,9 @@ from bridge.edge.handshake import (  # MQTT_MAX_PACKET, CONNECTING...: importabl
 )
 from bridge.edge.inbound import InboundFlows, encode_suback, encode_unsuback  # (the same)
 from bridge.edge.records import REJECT_RECORD_BYTES, redact_password, reject_record
+from bridge.edge.router import Router
 from bridge.edge.state import ClientSession
+from bridge.edge.subscribing import SubscriberFlows
 from bridge.mqtt import Connect, IncompleteData, MqttError, Publish
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.fixed_header import PacketType
@@ -105,12 +107,15 @@ __all__ = [
 _KEEPALIVE_FACTOR = 1.5
 
 
-class Session(ConnectHandshake, InboundFlows):
+class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
     """One network connection's MQTT session (see the module docstring)."""
 
     def __init__(self, conn_id: str, remote: str, limits: Limits, now: float, *,
-                 busy: bool = False) -> None:
+                 busy: bool = False, router: Router | None = None) -> None:
         self.conn_id = conn_id
+        #: the subscriptions of every session (shared by all connections of a server)
+        self.router = router if router is not None else Router()
+        self.granted = []
         self.remote = remote
         self.limits = limits
         self._receive_maximum = limits.receive_maximum

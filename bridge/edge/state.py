@@ -72,7 +72,7 @@ class ClientSession:
     """The state of one Client Identifier's session (see the module docstring)."""
 
     __slots__ = ("client_id", "persistent", "expiry_s", "disconnected_at", "qos2", "connected",
-                 "v3")
+                 "v3", "outbox", "username")
 
     def __init__(self, client_id: str, persistent: bool = False, expiry_s: int = 0) -> None:
         self.client_id = client_id
@@ -86,6 +86,10 @@ class ClientSession:
         self.connected = False
         #: opened by an MQTT 3.x CONNECT (Clean Session 0: no expiry interval of its own)
         self.v3 = False
+        #: deliveries to this session (bridge.edge.delivery.Outbox; None until the first)
+        self.outbox = None
+        #: the user name of the connection that last held the session (ACL at delivery)
+        self.username: str | None = None
 
     def expired(self, now_wall: float, v3_expiry_s: int = 0) -> bool:
         """True when the session has outlived its expiry interval (for a 3.x

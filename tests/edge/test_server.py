@@ -96,13 +96,16 @@ def test_second_connect_and_malformed_frames_close_and_are_recorded(edge, raw):
     assert h["reject_error"].startswith(b"[MQTT-3.3.2-2] ") and r.key == b"bad"
 
 
-def test_subscribe_is_refused_and_the_connection_stays(edge, raw):
+def test_mqtt_3_3_2_3_a_subscriber_gets_the_message_as_published(edge, raw):
     c = raw()
     c.connect(4, client_id="sub")
     c.send(bytes.fromhex("8206000100016101"))  # SUBSCRIBE "a" QoS 1
-    assert c.packet() == b"\x90\x03\x00\x01\x80"
-    c.send(b"\xc0\x00")
-    assert c.packet() == b"\xd0\x00"
+    assert c.packet() == b"\x90\x03\x00\x01\x01"
+    p = raw()
+    p.connect(4, client_id="pub")
+    p.send(bytes.fromhex("3207000161" "0007" "6869"))  # PUBLISH "a" QoS 1 id 7 "hi", RETAIN 0
+    assert p.packet() == b"\x40\x02\x00\x07"
+    assert c.packet() == bytes.fromhex("3207000161" "0001" "6869")  # QoS 1, the edge's id 1
 
 
 def test_persistent_qos2_state_survives_a_graceful_restart(run_edge, edge_config, tmp_path):

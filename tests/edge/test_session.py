@@ -333,15 +333,17 @@ def test_pingreq_is_answered_and_not_captured():
 
 
 @pytest.mark.parametrize("level", [3, 4, 5])
-def test_subscribe_and_unsubscribe_are_refused_and_the_connection_stays(level):
+def test_mqtt_3_8_4_6_subscribe_is_granted_per_filter_and_unsubscribe_answered(level):
     h = connected(level)
-    h.feed(encode(Subscribe(3, [Subscription("a/#", 1), Subscription("b", 0)]), level))
-    h.feed(encode(Unsubscribe(4, ["a/#"]), level))
-    suback = b"\x90\x05\x00\x03\x00\x80\x80" if level == 5 else b"\x90\x04\x00\x03\x80\x80"
-    unsuback = b"\xb0\x04\x00\x04\x00\x11" if level == 5 else b"\xb0\x02\x00\x04"
+    h.feed(encode(Subscribe(3, [Subscription("a/#", 1), Subscription("b", 2)]), level))
+    h.feed(encode(Unsubscribe(4, ["a/#", "c"]), level))
+    suback = b"\x90\x05\x00\x03\x00\x01\x02" if level == 5 else b"\x90\x04\x00\x03\x01\x02"
+    unsuback = b"\xb0\x05\x00\x04\x00\x00\x11" if level == 5 else b"\xb0\x02\x00\x04"
     assert h.take() == suback + unsuback
-    assert h.session.state == "connected" and len(h.notices) == 2
+    assert h.session.state == "connected"
     assert [f[0] for f in h.frames()[1:]] == [0x82, 0xA2]
+    assert h.headers(1)["granted"] == b"0102"
+    assert [s.topic_filter for s in h.session.router.tree.subscriptions("dev")] == ["b"]
 
 
 # ------------------------------------------------------------------ violations

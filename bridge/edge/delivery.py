@@ -1,0 +1,232 @@
+"""Per-session delivery: the outbound state machine and queue. Sans-IO.
+
+Each :class:`~bridge.edge.state.ClientSession` has one :class:`Outbox`. The
+router (:mod:`bridge.edge.router`) pushes deliveries into it; the
+connection's session (:mod:`bridge.edge.subscribing`) asks it for the frames
+it may send now (:meth:`Outbox.pump`), feeds it the subscriber's PUBACK,
+PUBREC and PUBCOMP, and on a reconnection asks for the re-sends
+(:meth:`Outbox.resend`). No sockets, no clock: times are passed in.
+
+* **Order.** Deliveries leave in the order they were pushed, which is the
+  order their messages were appended to the capture log; a message whose
+  record is not durable yet (``Message.ready`` false) holds back everything
+  behind it (no subscriber sees a message a crash could lose, and order
+  per topic holds across QoS levels [MQTT-4.6.0-6]).
+* **Packet Identifiers** are numbered per session as QoS 1/2 deliveries are
+  pushed: the k-th gets ``k mod 65535 + 1``. The numbering depends only on
+  what was pushed, so replaying the capture log after a crash gives every
+  unacknowledged delivery the Packet Identifier it had (see
+  :mod:`bridge.edge.persist`). Should a number come round while its earlier
+  holder is still unacknowledged (65,535 deliveries overtaking one), sending
+  waits for it.
+* **In-flight window.** At most ``receive_maximum`` QoS 1/2 PUBLISH packets
+  unacknowledged (PUBACK, or PUBCOMP for QoS 2) [MQTT-3.3.4-9]; the client's
+  Receive Maximum in MQTT 5, ``edge.max_inflight_messages`` in 3.x.
+* **Queue bound.** Deliveries not yet sent are bounded by ``max_messages``
+  and ``max_bytes`` (payload bytes); beyond either, the oldest queued ones
+  are dropped and counted (MQTT 5.0 section 4.1: a server may limit the
+  Session State it stores; :attr:`Outbox.dropped`).
+* **Expiry.** A delivery whose Message Expiry Interval has passed before it
+  is sent is dropped [MQTT-3.3.2-5] (counted in :attr:`Outbox.expired`).
+* **Maximum Packet Size.** A PUBLISH larger than the client's Maximum Packet
+  Size is not sent; it is dropped as if its delivery completed
+  [MQTT-3.1.2-25] (counted in :attr:`Outbox.too_large`).
+* **Acknowledgements.** PUBACK ends a QoS 1 delivery; PUBREC (< 0x80) turns
+  a QoS 2 one into PUBREL sent, PUBCOMP ends it; PUBREC >= 0x80 ends it
+  [MQTT-4.3.3-4]. An acknowledgement of the wrong kind for the delivery
+  with that Packet Identifier is a Protocol Error [LG-edge-ack-mismatch];
+  one for an identifier with no delivery is answered as before (the session
+  decides).
+* **Re-sends** on reconnection: every unacknowledged PUBLISH again with DUP
+  1, and PUBREL for the released ones, in their original order
+  [MQTT-4.4.0-1]; DUP is set only there [MQTT-3.3.1-1, MQTT-3.3.1-3].
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+from typing import NamedTuple
+
+from bridge.edge.message import Message
+
+__all__ = ["Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckMismatch"]
+
+QUEUED, SENT, RELEASED = 0, 1, 2
+_PUBREL = struct.Struct(">BBH")
+
+
+class AckMismatch(Exception):
+    """An acknowledgement of the wrong kind for its delivery (Protocol Error)."""
+
+
+class Receiver(NamedTuple):
+    """What the subscriber's connection accepts: protocol ``level``, the
+    in-flight window and its Maximum Packet Size (None: no limit)."""
+
+    level: int
+    receive_maximum: int
+    max_packet: int | None = None
+
+
+class Delivery:
+    """One message for one session: the QoS it goes out at, RETAIN, the
+    matching subscriptions' identifiers, the Packet Identifier (QoS 1/2)
+    and where it stands (QUEUED, SENT, RELEASED)."""
+
+    __slots__ = ("msg", "qos", "retain", "sub_ids", "pid", "state", "dup")
+
+    def __init__(self, msg: Message, qos: int, retain: bool, sub_ids: tuple[int, ...],
+                 pid: int | None, state: int = QUEUED) -> None:
+        self.msg = msg
+        self.qos = qos
+        self.retain = retain
+        self.sub_ids = sub_ids
+        self.pid = pid
+        self.state = state
+        #: may have been sent before an edge restart: goes out with DUP 1
+        self.dup = False
+
+    def __repr__(self) -> str:
+        return (f"Delivery({self.msg!r}, qos={self.qos}, pid={self.pid}, "
+                f"state={('queued', 'sent', 'released')[self.state]})")
+
+
+class Outbox:
+    """The deliveries of one session (see the module docstring)."""
+
+    def __init__(self, max_messages: int = 1000, max_bytes: int = 1 << 26) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.queue: collections.deque[Delivery] = collections.deque()
+        #: Packet Identifier -> SENT or RELEASED delivery, in the order sent
+        self.inflight: dict[int, Delivery] = {}
+        #: QoS 1/2 deliveries pushed so far (the next one gets k mod 65535 + 1)
+        self.next_k = 0
+        self.queued_bytes = 0
+        self.dropped = 0
+        self.expired = 0
+        self.too_large = 0
+        self.sent = 0
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.inflight)
+
+    # ------------------------------------------------------------ in
+    def push(self, msg: Message, qos: int, retain: bool, sub_ids: tuple[int, ...] = ()) -> int:
+        """Queue a delivery; returns how many queued deliveries were dropped
+        (oldest first) to keep the bound."""
+        pid = None
+        if qos:
+            pid = self.next_k % 65535 + 1
+            self.next_k += 1
+        self.queue.append(Delivery(msg, qos, retain, sub_ids, pid))
+        self.queued_bytes += msg.size
+        return self._bound()
+
+    def _bound(self) -> int:
+        q = self.queue
+        n = 0
+        while q and (len(q) > self.max_messages or self.queued_bytes > self.max_bytes):
+            d = q.popleft()
+            self.queued_bytes -= d.msg.size
+            n += 1
+        self.dropped += n
+        return n
+
+    # ------------------------------------------------------------ out
+    def pump(self, rx: Receiver, now: float, limit: int = 1 << 30) -> list[bytes]:
+        """The frames that may be sent now, in order (at most ``limit``
+        frames: the caller's write budget)."""
+        q = self.queue
+        out: list[bytes] = []
+        inflight = self.inflight
+        level = rx.level
+        maxp = rx.max_packet
+        while q and len(out) < limit:
+            d = q[0]
+            msg = d.msg
+            if not msg.ready:
+                break
+            qos = d.qos
+            if qos:
+                if len(inflight) >= rx.receive_maximum or d.pid in inflight:
+                    break
+            q.popleft()
+            self.queued_bytes -= msg.size
+            left = msg.remaining(now) if msg.expiry is not None else None
+            if left is not None and left <= 0:
+                self.expired += 1  # [MQTT-3.3.2-5]
+                continue
+            if maxp is not None and msg.frame_size(level, qos, d.sub_ids) > maxp:
+                self.too_large += 1  # [MQTT-3.1.2-25]
+                continue
+            out.append(msg.frame(level, qos, d.pid, dup=d.dup and qos > 0, retain=d.retain,
+                                 sub_ids=d.sub_ids, now=now))
+            if qos:
+                d.state = SENT
+                inflight[d.pid] = d
+        self.sent += len(out)
+        return out
+
+    def resend(self, rx: Receiver, now: float) -> list[bytes]:
+        """Every unacknowledged delivery again, in order: PUBLISH with DUP 1,
+        or PUBREL for the released ones [MQTT-4.4.0-1]."""
+        out = []
+        for pid, d in self.inflight.items():
+            if d.state == RELEASED:
+                out.append(_PUBREL.pack(0x62, 2, pid))
+            else:
+                out.append(d.msg.frame(rx.level, d.qos, pid, dup=True, retain=d.retain,
+                                       sub_ids=d.sub_ids, now=now))
+        return out
+
+    def ready(self) -> bool:
+        """Something could be sent now (given window room)."""
+        return bool(self.queue) and self.queue[0].msg.ready
+
+    # ------------------------------------------------------------ acks
+    def puback(self, pid: int) -> Delivery | None:
+        """PUBACK from the subscriber; returns the delivery it ends (None:
+        no delivery has that Packet Identifier)."""
+        d = self.inflight.get(pid)
+        if d is None:
+            return None
+        if d.qos != 1:
+            raise AckMismatch(f"PUBACK for Packet Identifier {pid}, a QoS 2 delivery")
+        del self.inflight[pid]
+        return d
+
+    def pubrec(self, pid: int, reason_code: int) -> Delivery | None:
+        """PUBREC from the subscriber: PUBREL is due (the caller sends it)
+        unless the reason code is a failure, which ends the delivery."""
+        d = self.inflight.get(pid)
+        if d is None:
+            return None
+        if d.qos != 2:
+            raise AckMismatch(f"PUBREC for Packet Identifier {pid}, a QoS 1 delivery")
+        if reason_code >= 0x80:
+            del self.inflight[pid]
+        else:
+            d.state = RELEASED
+        return d
+
+    def pubcomp(self, pid: int) -> Delivery | None:
+        """PUBCOMP from the subscriber: ends a released QoS 2 delivery."""
+        d = self.inflight.get(pid)
+        if d is None:
+            return None
+        if d.state != RELEASED:
+            raise AckMismatch(f"PUBCOMP for Packet Identifier {pid}, "
+                              + ("a QoS 1 delivery" if d.qos == 1 else "before PUBREC"))
+        del self.inflight[pid]
+        return d
+
+    def clear(self) -> None:
+        self.queue.clear()
+        self.inflight.clear()
+        self.queued_bytes = 0
+
+    def __repr__(self) -> str:
+        return (f"Outbox(queued={len(self.queue)}, inflight={len(self.inflight)}, "
+                f"dropped={self.dropped}, expired={self.expired}, too_large={self.too_large})")

@@ -1,0 +1,464 @@
+"""The edge's subscription tree: who receives a PUBLISH to a topic (pure, no I/O).
+
+One :class:`SubscriptionTree` holds every subscription of every session of
+the edge. It is a trie keyed by topic level, as Mosquitto's ``subs.c``: a
+node per filter level, with ``+`` and ``#`` as ordinary child keys.
+:meth:`SubscriptionTree.match` walks the topic's levels once, following at
+each node the literal child, the ``+`` child and the ``#`` child; the work per
+message grows with the topic's depth and with the subscriptions that match,
+never with those that do not (no scan of every subscription).
+
+Matching (MQTT 5.0 section 4.7, the same as :func:`bridge.topic_filter.matches`):
+
+* ``+`` matches exactly one level [MQTT-4.7.1-2], ``#`` matches its parent
+  level and any number of levels below [MQTT-4.7.1-1];
+* empty levels are levels: ``a//b`` has three, ``/a`` two, ``sport/`` two
+  (``sport/+`` matches it, ``sport/`` does not match ``sport``);
+* a filter whose first character is ``+`` or ``#`` does not match a topic name
+  starting with ``$`` [MQTT-4.7.2-1]; this holds for the filter of a Shared
+  Subscription too (``$share/g/#`` does not match ``$SYS/x``);
+* levels are compared character by character, no normalisation [MQTT-4.7.3-4];
+* filters are assumed valid (the codec checks them,
+  :func:`bridge.mqtt.subscribe.check_topic_filter`); an invalid topic name
+  (empty, or containing ``+`` or ``#``) matches nothing.
+
+Subscriptions are identified by (Client Identifier, Topic Filter as
+subscribed): a second :meth:`~SubscriptionTree.add` with the same pair
+replaces the first and keeps its place [MQTT-3.8.4-3]. A Topic Filter
+``$share/{ShareName}/{filter}`` is a Shared Subscription (MQTT 5.0 section 4.8.2): its
+members sit in one :class:`SharedGroup` per (ShareName, filter) at the
+filter's node, ``$share/g/a/+`` and ``$share/h/a/+`` being two groups; a
+client is in a group once; a group without members is removed. Whether a
+client may use ``$share`` (MQTT 5 only; a 3.x filter ``$share/...`` is
+decided by the caller) is not the tree's business: a filter that parses as
+``$share/{name}/{filter}`` is shared.
+
+Removing the last subscription at a node prunes the node and every ancestor
+left empty, so memory returns after unsubscribes and expired sessions.
+
+Memory, measured with :mod:`tracemalloc` by ``python -m bridge.bench.topics``
+(CPython 3.11, 64-bit), counting the tree and the ``Sub`` objects with their
+Client Identifiers and filters: 10,000 clients x 10 subscriptions each
+(100,000) take 41 MB (410 B a subscription) when every subscription has a
+filter of its own (``site/{area}/{client}/{i}/+``, the trie's worst case)
+and 20 MB when the clients share 10 filters. To get there a node keeps a
+single child or a single subscription without a dict. Removing every client
+returns the memory (a few kB of CPython's free lists stay). ``match`` runs at
+about 500,000 calls/s for a topic with one match whether the tree holds 0 or
+100,000 other subscriptions (100,000 calls/s with 100 matches).
+
+The tree is not thread-safe: the edge's event loop owns it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+__all__ = [
+    "Matches",
+    "SharedGroup",
+    "Sub",
+    "SubscriptionTree",
+    "split_share",
+]
+
+_SHARE = "$share/"
+
+
+def split_share(topic_filter: str) -> tuple[str | None, str]:
+    """``(ShareName, filter)`` of ``$share/{ShareName}/{filter}``, else ``(None, topic_filter)``.
+
+    A ``$share/`` prefix without a non-empty ShareName and filter is an
+    ordinary filter here (the codec refuses it in MQTT 5 [MQTT-4.8.2-1/-2]).
+    """
+    if topic_filter.startswith(_SHARE):
+        name, sep, rest = topic_filter[len(_SHARE):].partition("/")
+        if name and sep and rest:
+            return name, rest
+    return None, topic_filter
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sub:
+    """One subscription of one client, with its granted options."""
+
+    client_id: str
+    #: As subscribed, including a ``$share/{ShareName}/`` prefix if any.
+    topic_filter: str
+    #: Granted QoS 0..2.
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    #: MQTT 5 Subscription Identifier, None when the SUBSCRIBE had none.
+    sub_id: int | None = None
+
+    @property
+    def share(self) -> str | None:
+        """The ShareName of a Shared Subscription, None otherwise."""
+        return split_share(self.topic_filter)[0]
+
+    @property
+    def filter(self) -> str:
+        """The Topic Filter without its ``$share/{ShareName}/`` prefix."""
+        return split_share(self.topic_filter)[1]
+
+
+class SharedGroup:
+    """The members of one Shared Subscription group ``$share/{name}/{topic_filter}``.
+
+    ``members`` maps Client Identifier to its ``Sub``, in the order the
+    clients joined (a re-subscription keeps its place). The group returned
+    in :class:`Matches` is the tree's own: callers read ``members`` and call
+    :meth:`pick`, never modify ``members``.
+    """
+
+    __slots__ = ("name", "topic_filter", "members", "_cursor", "_order")
+
+    def __init__(self, name: str, topic_filter: str) -> None:
+        self.name = name
+        #: The filter without the ``$share/{name}/`` prefix.
+        self.topic_filter = topic_filter
+        self.members: dict[str, Sub] = {}
+        self._cursor = 0                       # index in member order of the next turn
+        self._order: list[Sub] | None = None   # members as a list, rebuilt after a change
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __repr__(self) -> str:
+        return f"SharedGroup({self.name!r}, {self.topic_filter!r}, {len(self.members)} members)"
+
+    def pick(self, prefer: Callable[[str], bool] = lambda cid: True) -> Sub | None:
+        """The member to receive the next message, round robin.
+
+        Starting at the cursor, take the next member for which
+        ``prefer(client_id)`` is true (say, its client is connected and its
+        window has room); when no member is preferred, the member whose turn
+        it is. The cursor moves past the member taken. None when empty.
+        ``prefer`` is called at most once per member.
+        """
+        order = self._order
+        if order is None:
+            order = self._order = list(self.members.values())
+        n = len(order)
+        if not n:
+            return None
+        start = self._cursor % n
+        for k in range(n):
+            i = start + k
+            if i >= n:
+                i -= n
+            sub = order[i]
+            if prefer(sub.client_id):
+                self._cursor = i + 1
+                return sub
+        self._cursor = start + 1
+        return order[start]
+
+    def _put(self, sub: Sub) -> Sub | None:
+        old = self.members.get(sub.client_id)
+        self.members[sub.client_id] = sub  # a replaced member keeps its place
+        self._order = None
+        return old
+
+    def _pop(self, client_id: str) -> Sub | None:
+        old = self.members.get(client_id)
+        if old is None:
+            return None
+        # The turn stays with the member it belonged to: when a member before
+        # the cursor leaves, the cursor moves back one.
+        cursor = self._cursor % len(self.members)
+        if list(self.members).index(client_id) < cursor:
+            cursor -= 1
+        self._cursor = cursor
+        del self.members[client_id]
+        self._order = None
+        return old
+
+
+@dataclasses.dataclass(slots=True)
+class Matches:
+    """The subscriptions a topic matches (the result of :meth:`SubscriptionTree.match`)."""
+
+    #: Client Identifier -> its non-shared subscriptions matching the topic
+    #: (at least one each; several when a client's filters overlap).
+    direct: dict[str, list[Sub]] = dataclasses.field(default_factory=dict)
+    #: Every Shared Subscription group whose filter matches the topic.
+    shared: list[SharedGroup] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.direct or self.shared)
+
+
+class _Node:
+    """One level of the trie.
+
+    To keep 100,000 subscriptions small, a node holds each of its parts in
+    the cheapest form: ``kids`` is None, a ``(level, node)`` tuple for a
+    single child (most nodes below a per-device level) or a dict level ->
+    node; ``subs`` is None, the one non-shared ``Sub`` or a dict client_id ->
+    ``Sub``; ``groups`` is None or a dict ShareName -> :class:`SharedGroup`.
+    """
+
+    __slots__ = ("kids", "subs", "groups")
+
+    def __init__(self) -> None:
+        self.kids: tuple[str, _Node] | dict[str, _Node] | None = None
+        self.subs: Sub | dict[str, Sub] | None = None
+        self.groups: dict[str, SharedGroup] | None = None
+
+    def child(self, level: str) -> _Node | None:
+        kids = self.kids
+        if kids is None:
+            return None
+        if type(kids) is tuple:
+            return kids[1] if kids[0] == level else None
+        return kids.get(level)  # type: ignore[union-attr]
+
+    def make_child(self, level: str) -> _Node:
+        kids = self.kids
+        if kids is None:
+            node = _Node()
+            self.kids = (level, node)
+            return node
+        if type(kids) is tuple:
+            if kids[0] == level:
+                return kids[1]
+            node = _Node()
+            self.kids = {kids[0]: kids[1], level: node}
+            return node
+        node = kids.get(level)  # type: ignore[union-attr]
+        if node is None:
+            node = kids[level] = _Node()  # type: ignore[index]
+        return node
+
+    def drop_child(self, level: str) -> None:
+        kids = self.kids
+        if type(kids) is tuple:
+            self.kids = None
+            return
+        del kids[level]  # type: ignore[union-attr]
+        if len(kids) == 1:  # type: ignore[arg-type]
+            self.kids = next(iter(kids.items()))  # type: ignore[union-attr]
+
+    def put_sub(self, sub: Sub) -> Sub | None:
+        subs = self.subs
+        if subs is None:
+            self.subs = sub
+            return None
+        if type(subs) is Sub:
+            if subs.client_id == sub.client_id:
+                self.subs = sub
+                return subs
+            self.subs = {subs.client_id: subs, sub.client_id: sub}
+            return None
+        old = subs.get(sub.client_id)  # type: ignore[union-attr]
+        subs[sub.client_id] = sub  # type: ignore[index]
+        return old
+
+    def pop_sub(self, client_id: str) -> Sub:
+        subs = self.subs
+        if type(subs) is Sub:
+            self.subs = None
+            return subs
+        old = subs.pop(client_id)  # type: ignore[union-attr]
+        if len(subs) == 1:  # type: ignore[arg-type]
+            self.subs = next(iter(subs.values()))  # type: ignore[union-attr]
+        return old
+
+    def empty(self) -> bool:
+        return self.kids is None and self.subs is None and self.groups is None
+
+
+class SubscriptionTree:
+    """Every subscription of the edge, matched by walking a topic's levels once."""
+
+    __slots__ = ("_root", "_clients", "_count")
+
+    def __init__(self) -> None:
+        self._root = _Node()
+        # client_id -> {topic_filter as subscribed -> Sub}, in the order first added.
+        self._clients: dict[str, dict[str, Sub]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        """The number of subscriptions, members of shared groups included."""
+        return self._count
+
+    def __contains__(self, key: object) -> bool:
+        """``(client_id, topic_filter) in tree``."""
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        subs = self._clients.get(key[0])
+        return subs is not None and key[1] in subs
+
+    def __iter__(self) -> Iterator[Sub]:
+        """Every subscription, client by client in the order they were added."""
+        for subs in self._clients.values():
+            yield from subs.values()
+
+    def clients(self) -> list[str]:
+        """The Client Identifiers with at least one subscription."""
+        return list(self._clients)
+
+    def get(self, client_id: str, topic_filter: str) -> Sub | None:
+        """The subscription of ``client_id`` to ``topic_filter`` (as subscribed), or None."""
+        subs = self._clients.get(client_id)
+        return None if subs is None else subs.get(topic_filter)
+
+    def add(self, sub: Sub) -> Sub | None:
+        """Add ``sub``; return the ``Sub`` it replaced (same client, same Topic
+        Filter as subscribed) or None [MQTT-3.8.4-3]. A replaced subscription
+        keeps its place in :meth:`subscriptions` and in its shared group."""
+        share, tf = split_share(sub.topic_filter)
+        node = self._root
+        for level in tf.split("/"):
+            node = node.make_child(level)
+        if share is None:
+            old = node.put_sub(sub)
+        else:
+            if node.groups is None:
+                node.groups = {}
+            group = node.groups.get(share)
+            if group is None:
+                group = node.groups[share] = SharedGroup(share, tf)
+            old = group._put(sub)
+        own = self._clients.get(sub.client_id)
+        if own is None:
+            own = self._clients[sub.client_id] = {}
+        own[sub.topic_filter] = sub
+        if old is None:
+            self._count += 1
+        return old
+
+    def remove(self, client_id: str, topic_filter: str) -> Sub | None:
+        """Remove the subscription of ``client_id`` to ``topic_filter`` (as
+        subscribed, ``$share`` prefix included); return it, or None when there
+        was none. Nodes and shared groups left empty are pruned."""
+        own = self._clients.get(client_id)
+        if own is None or topic_filter not in own:
+            return None
+        share, tf = split_share(topic_filter)
+        levels = tf.split("/")
+        path = [self._root]
+        for level in levels:
+            path.append(path[-1].child(level))  # type: ignore[arg-type]  # present: own has it
+        node = path[-1]
+        if share is None:
+            old = node.pop_sub(client_id)
+        else:
+            group = node.groups[share]  # type: ignore[index]
+            old = group._pop(client_id)  # type: ignore[assignment]
+            if not group.members:
+                del node.groups[share]  # type: ignore[union-attr]
+                if not node.groups:
+                    node.groups = None
+        del own[topic_filter]
+        if not own:
+            del self._clients[client_id]
+            if not self._clients:
+                self._clients = {}  # a dict never shrinks: let the table of 10,000 clients go
+        self._count -= 1
+        # Prune from the leaf up while nodes are empty.
+        for depth in range(len(levels), 0, -1):
+            if not path[depth].empty():
+                break
+            path[depth - 1].drop_child(levels[depth - 1])
+        return old
+
+    def remove_client(self, client_id: str) -> list[Sub]:
+        """Remove every subscription of ``client_id``; return them in the order first added."""
+        own = self._clients.get(client_id)
+        if own is None:
+            return []
+        removed = list(own.values())
+        for sub in removed:
+            self.remove(client_id, sub.topic_filter)
+        return removed
+
+    def subscriptions(self, client_id: str) -> list[Sub]:
+        """The subscriptions of ``client_id`` in the order first added."""
+        own = self._clients.get(client_id)
+        return [] if own is None else list(own.values())
+
+    def count(self, client_id: str) -> int:
+        """The number of subscriptions of ``client_id``."""
+        own = self._clients.get(client_id)
+        return 0 if own is None else len(own)
+
+    def match(self, topic: str) -> Matches:
+        """The subscriptions whose filter matches the Topic Name ``topic``.
+
+        Walks the topic's levels once; each node is reached at most once, so
+        a subscription appears at most once. ``topic`` is a Topic Name as
+        published (not an alias); an empty one or one containing a wildcard
+        matches nothing.
+        """
+        result = Matches()
+        if not topic or "+" in topic or "#" in topic:
+            return result
+        root = self._root
+        if root.kids is None:
+            return result
+        levels = topic.split("/")
+        n = len(levels)
+        direct = result.direct
+        shared = result.shared
+
+        def collect(node: _Node) -> None:
+            subs = node.subs
+            if subs is not None:
+                if type(subs) is Sub:
+                    got = direct.get(subs.client_id)
+                    if got is None:
+                        direct[subs.client_id] = [subs]
+                    else:
+                        got.append(subs)
+                else:
+                    for cid, sub in subs.items():  # type: ignore[union-attr]
+                        got = direct.get(cid)
+                        if got is None:
+                            direct[cid] = [sub]
+                        else:
+                            got.append(sub)
+            if node.groups:
+                shared.extend(node.groups.values())
+
+        # Depth first over (node, depth): a node at depth d has matched the
+        # topic's first d levels. Each node is reached at most once.
+        stack: list[tuple[_Node, int]] = []
+        first = levels[0]
+        node = root.child(first)
+        if node is not None:
+            stack.append((node, 1))
+        if first[:1] != "$":  # [MQTT-4.7.2-1] no wildcard first level for "$" topics
+            node = root.child("+")
+            if node is not None:
+                stack.append((node, 1))
+            node = root.child("#")
+            if node is not None:
+                collect(node)  # [MQTT-4.7.1-1] "#" alone matches every topic
+        while stack:
+            node, depth = stack.pop()
+            if depth == n:
+                collect(node)
+                if node.kids is not None:
+                    # [MQTT-4.7.1-1] "#" matches its parent level: "sport/#" matches "sport".
+                    hash_node = node.child("#")
+                    if hash_node is not None:
+                        collect(hash_node)
+                continue
+            if node.kids is None:
+                continue
+            hash_node = node.child("#")
+            if hash_node is not None:
+                collect(hash_node)
+            child = node.child(levels[depth])
+            if child is not None:
+                stack.append((child, depth + 1))
+            child = node.child("+")  # [MQTT-4.7.1-2] one whole level, an empty one too
+            if child is not None:
+                stack.append((child, depth + 1))
+        return result
