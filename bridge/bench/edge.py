@@ -338,9 +338,13 @@ def start_mosquitto(workdir: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def start_edge(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.Popen, int]:
-    """``python -m bridge edge`` with this command's configuration."""
-    cmd = [sys.executable, "-m", "bridge", "edge", "--port", "0"]
+def start_edge(args: argparse.Namespace, data_dir: Path,
+               profile: str | None = None) -> tuple[subprocess.Popen, int]:
+    """``python -m bridge edge`` with this command's configuration; with
+    ``profile``, under ``python -m cProfile -o PROFILE`` (written when the
+    edge stops)."""
+    cmd = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []),
+           "-m", "bridge", "edge", "--port", "0"]
     if getattr(args, "config", None):
         cmd += ["--config", args.config]
     for item in getattr(args, "overrides", None) or []:

@@ -43,6 +43,7 @@ Every wait is bounded by a timeout; nothing here loops without a bound.
 from __future__ import annotations
 
 import asyncio
+import collections
 import socket
 import struct
 import time
@@ -284,7 +285,22 @@ class _Publisher(_Client):
         if frames[0::4] != b"\x40" * k or frames[1::4] != b"\x02" * k:
             return self.run.fail(f"publisher: unexpected {_describe(frames)}")
         self.acked += k
-        self.run.acked(k)
+        run = self.run
+        if run.puback_latencies is not None:  # PUBACKs come in order [MQTT-4.6.0-2]
+            now = time.monotonic_ns()
+            batches, left = run.batches, k
+            while left and batches:
+                head = batches[0]  # [messages left, stamp, seq of the next one]
+                take = min(left, head[0])
+                counted = min(take, max(0, head[2] + take - run.warm_seq))  # after the warm-up
+                if counted:
+                    run.puback_latencies.extend([now - head[1]] * counted)
+                head[0] -= take
+                head[2] += take
+                left -= take
+                if not head[0]:
+                    batches.popleft()
+        run.acked(k)
 
 
 def _describe(frame: bytes) -> str:
@@ -320,6 +336,8 @@ class FanOut:
         self.topic = f"bench/{label}/data"
         self.filter = f"bench/{label}/+"
         self.latencies = array("q") if record_latency else None
+        self.puback_latencies = array("q") if (record_latency and qos) else None
+        self.batches: collections.deque = collections.deque()
         self.warm_seq = int(rate * warmup_s) if (rate and record_latency) else 0
         self.counts = [0] * subscribers
         self.total = 0
@@ -395,6 +413,8 @@ class FanOut:
                 _U16.pack_into(blob, at + pid_at, (seq + k) % 65535 + 1)
             pack(blob, at + payload_at, seq + k, stamp)
         self.pub.transport.write(blob)
+        if self.puback_latencies is not None:
+            self.batches.append([n, stamp, seq])
         self.sent = seq + n
         if self.messages is not None and self.sent >= self.messages:
             self.stop()
@@ -492,6 +512,8 @@ class FanOut:
             out["error"] = self.error
         if self.latencies is not None:
             out["latencies_ns"] = self.latencies
+        if self.puback_latencies is not None:
+            out["puback_latencies_ns"] = self.puback_latencies
         return out
 
     async def _tick(self) -> None:

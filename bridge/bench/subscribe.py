@@ -154,9 +154,27 @@ def _start(server: str, args: argparse.Namespace, workdir: Path, tag: str):
 
 
 # ---------------------------------------------------------------- measurements
-def _one(port: int, pid: int, **kw) -> dict:
-    """One FanOut run with CPU accounting; a refusal becomes the run's error."""
+def _settle(pids: list[int], limit_s: float = 10.0) -> float:
+    """Wait until none of ``pids`` used more than 5 ms of CPU in 0.1 s (the
+    last run's server may still be writing and acknowledging), at most
+    ``limit_s``; returns the seconds waited."""
+    t0 = time.monotonic()
+    last = [_cpu_seconds(p) or 0.0 for p in pids]
+    while time.monotonic() - t0 < limit_s:
+        time.sleep(0.1)
+        now = [_cpu_seconds(p) or 0.0 for p in pids]
+        if all(b - a <= 0.005 for a, b in zip(last, now)):
+            break
+        last = now
+    return round(time.monotonic() - t0, 2)
+
+
+def _one(port: int, pid: int, others: list[int], **kw) -> dict:
+    """One FanOut run with CPU accounting, after every server is idle; a
+    refusal becomes the run's error."""
+    settled = _settle([pid, *others])
     c0, g0 = _cpu_seconds(pid), time.process_time()
+    o0 = [_cpu_seconds(p) or 0.0 for p in others]
     try:
         r = asyncio.run(FanOut("127.0.0.1", port, **kw).run())
     except (Refused, OSError, asyncio.TimeoutError) as exc:
@@ -165,7 +183,15 @@ def _one(port: int, pid: int, **kw) -> dict:
     if c0 is not None and c1 is not None:
         r["server_cpu_s"] = round(c1 - c0, 2)
     r["generator_cpu_s"] = round(g1 - g0, 2)
+    if others:
+        r["other_server_cpu_s"] = round(sum((_cpu_seconds(p) or 0.0) - a
+                                            for p, a in zip(others, o0)), 2)
+    r["settle_s"] = settled
     return r
+
+
+def _others(servers: dict, s: str) -> list[int]:
+    return [proc.pid for name, (proc, _port) in servers.items() if name != s]
 
 
 def _median_run(runs: list[dict], key: str, low_is_good: bool = False) -> dict:
@@ -190,7 +216,7 @@ def _fanout(args, servers: dict) -> dict:
             runs = {s: [] for s in servers}
             for i in range(args.repeat):
                 for s, (proc, port) in servers.items():
-                    runs[s].append(_one(port, proc.pid, label=f"f{s[0]}q{qos}n{n}r{i}",
+                    runs[s].append(_one(port, proc.pid, _others(servers, s), label=f"f{s[0]}q{qos}n{n}r{i}",
                                         subscribers=n, qos=qos, payload_bytes=args.payload_bytes,
                                         publish_window=args.publish_window, window=args.window,
                                         seconds=args.seconds, timeout=args.timeout))
@@ -203,11 +229,16 @@ def _pct(values, q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))]
 
 
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def _latency(args, servers: dict) -> dict:
     runs = {s: [] for s in servers}
     for i in range(args.repeat):
         for s, (proc, port) in servers.items():
-            r = _one(port, proc.pid, label=f"l{s[0]}r{i}", subscribers=args.latency_subscribers,
+            r = _one(port, proc.pid, _others(servers, s), label=f"l{s[0]}r{i}", subscribers=args.latency_subscribers,
                      qos=1, payload_bytes=args.payload_bytes, publish_window=args.publish_window,
                      window=args.window, seconds=args.latency_seconds, rate=args.latency_rate,
                      record_latency=True, warmup_s=0.5, timeout=args.timeout)
@@ -217,17 +248,20 @@ def _latency(args, servers: dict) -> dict:
                          p99_ms=round(_pct(lat, 0.99) / 1e6, 3), max_ms=round(lat[-1] / 1e6, 3))
             else:
                 r.update(samples=0, p50_ms=None, p99_ms=None, max_ms=None)
+            ack = sorted(r.pop("puback_latencies_ns", []))
+            r["puback_p50_ms"] = round(ack[len(ack) // 2] / 1e6, 3) if ack else None
+            r["puback_p99_ms"] = round(_pct(ack, 0.99) / 1e6, 3) if ack else None
             runs[s].append(r)
     out = {}
     for s in servers:
         med = _median_run(runs[s], "p99_ms", low_is_good=False)
-        p50s = [r["p50_ms"] for r in runs[s] if r["p50_ms"] is not None]
-        p99s = [r["p99_ms"] for r in runs[s] if r["p99_ms"] is not None]
-        out[s] = {"p50_ms": statistics.median(p50s) if p50s else None,
-                  "p99_ms": statistics.median(p99s) if p99s else None,
+        out[s] = {"p50_ms": _median([r["p50_ms"] for r in runs[s]]),
+                  "p99_ms": _median([r["p99_ms"] for r in runs[s]]),
                   "runs_p50_ms": [r["p50_ms"] for r in runs[s]],
                   "runs_p99_ms": [r["p99_ms"] for r in runs[s]],
                   "runs_max_ms": [r["max_ms"] for r in runs[s]],
+                  "puback_p50_ms": _median([r["puback_p50_ms"] for r in runs[s]]),
+                  "puback_p99_ms": _median([r["puback_p99_ms"] for r in runs[s]]),
                   "samples": [r["samples"] for r in runs[s]],
                   "delivered": [r.get("delivered") for r in runs[s]],
                   "expected": [r.get("expected") for r in runs[s]],
@@ -409,7 +443,9 @@ def _print(r: dict) -> None:
               f"{st['latency_subscribers']} subscriber(s), {st['latency_seconds']:g} s per run")
         for s, d in lat.items():
             print(f"  {s:10} p50 {_fmt(d['p50_ms'], '.2f')} ms, p99 {_fmt(d['p99_ms'], '.2f')} ms"
-                  f"  (runs p99 {d['runs_p99_ms']})" + (f"   {d['error']}" if d.get("error") else ""))
+                  f"  (runs p99 {d['runs_p99_ms']}); the publisher's PUBACK p50 "
+                  f"{_fmt(d['puback_p50_ms'], '.2f')} ms, p99 {_fmt(d['puback_p99_ms'], '.2f')} ms"
+                  + (f"   {d['error']}" if d.get("error") else ""))
     mem = r.get("memory")
     if mem:
         print(f"(c) memory, {st['sessions']:,} idle persistent sessions x "
