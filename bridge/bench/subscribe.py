@@ -342,6 +342,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     }
     tmp = Path(tempfile.mkdtemp(prefix="lakegate-bench-subscribe-"))
     t_start = time.monotonic()
+    load0 = [round(x, 2) for x in os.getloadavg()]  # other work on the machine moves the numbers
     servers: dict = {}
     try:
         if "fanout" in phases or "latency" in phases:
@@ -361,6 +362,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             _stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
     result["seconds"] = round(time.monotonic() - t_start, 1)
+    result["loadavg"] = {"start": load0, "end": [round(x, 2) for x in os.getloadavg()]}
     _judge(result)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -420,7 +422,8 @@ def _fmt(v, spec: str = ",.0f") -> str:
 def _print(r: dict) -> None:
     st = r["settings"]
     print(f"bench subscribe: MQTT {r['protocol']}, {r['payload_bytes']}-byte payloads, "
-          f"median of {r['repeat']} runs, {r['cpus']} CPUs, {r['seconds']} s")
+          f"median of {r['repeat']} runs, {r['cpus']} CPUs, {r['seconds']} s, load average "
+          f"{r['loadavg']['start'][0]:.2f} at start, {r['loadavg']['end'][0]:.2f} at end")
     fan = r.get("fanout")
     if fan:
         servers = list(fan)
@@ -435,8 +438,11 @@ def _print(r: dict) -> None:
                     f"{_fmt(fan[s][q][n]['delivered_per_s']):>14}" for s in servers)
                 if "ratio_edge_to_mosquitto" in r:
                     row += f"{_fmt(r['ratio_edge_to_mosquitto'][q][n], '.2f'):>17}"
+                cpu = ", ".join(f"{s} {_fmt(fan[s][q][n].get('server_cpu_s'), '.2f')}/"
+                                f"{_fmt(fan[s][q][n].get('generator_cpu_s'), '.2f')}" for s in servers)
                 errs = [f"{s}: {fan[s][q][n]['error']}" for s in servers if fan[s][q][n].get("error")]
-                print(row + ("   " + "; ".join(errs) if errs else ""))
+                print(row + f"   CPU s server/generator: {cpu}"
+                      + ("   " + "; ".join(errs) if errs else ""))
     lat = r.get("latency")
     if lat:
         print(f"(b) publish-to-subscriber latency, QoS 1, {st['latency_rate']:,.0f} msg/s, "
