@@ -6,11 +6,14 @@ loopback port: the edge as ``python -m bridge edge`` (this command's
 ``--config``/``--set``, a fresh ``data_dir`` in a temporary directory),
 delivering a QoS 1 message only once it is durable (fsync); Mosquitto
 (``mosquitto`` on the PATH or in /usr/sbin) with its own configuration file:
-``persistence false``, no inflight or queue limits, otherwise its defaults
-(Nagle's algorithm on: ``set_tcp_nodelay true`` halved its fan-out rate in
-trials, while the edge, like every asyncio server, sets TCP_NODELAY). The
-load generator runs in this process, MQTT 3.1.1, ``--payload-bytes``
-payloads.
+``persistence false``, otherwise its defaults, which the edge's match:
+20 unacknowledged QoS 1 messages in flight per subscriber
+(``max_inflight_messages`` / ``edge.max_inflight_messages``), 1,000 queued
+(``max_queued_messages`` / ``edge.max_queued_messages``; ``--window`` stays
+below it, so neither drops), Nagle's algorithm on (``set_tcp_nodelay true``
+halved its fan-out rate in trials; the edge, like every asyncio server, sets
+TCP_NODELAY). The load generator runs in this process, MQTT 3.1.1,
+``--payload-bytes`` payloads.
 
 Three measurements, each point ``--repeat`` times with the servers taking
 turns run by run (a shared machine's noise falls on both), the median run
@@ -119,7 +122,6 @@ def start_mosquitto(workdir: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     conf = workdir / "mosquitto-subscribe.conf"
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-                    "max_inflight_messages 0\nmax_queued_messages 0\n"
                     "log_dest stderr\nlog_type error\nlog_type warning\n")
     proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
