@@ -16,8 +16,9 @@ TCP_NODELAY). The load generator runs in this process, MQTT 3.1.1,
 ``--payload-bytes`` payloads.
 
 Three measurements, each point ``--repeat`` times with the servers taking
-turns run by run (a shared machine's noise falls on both), the median run
-reported with every run's value beside it:
+turns run by run (a shared machine's noise falls on both), each run once
+both servers are idle (the last run's server may still be writing), the
+median run reported with every run's value beside it:
 
 * **fan-out** (a): 1 publisher, ``--subscribers`` (10 and 100) subscribers to
   one filter that matches (``bench/<run>/+``), at each ``--qos`` (0 and 1,
@@ -31,7 +32,8 @@ reported with every run's value beside it:
   ``--latency-subscribers`` (1) subscriber(s), ``--latency-seconds``; each
   message carries its ``time.monotonic_ns()`` at write, the subscriber's
   receive time minus it is one latency (the first 0.5 s are warm-up). p50
-  and p99 per run, the medians reported; target p99 <= 10 ms.
+  and p99 per run, the medians reported, and the publisher's PUBACK
+  latency beside them; target p99 <= 10 ms.
 * **memory** (c): a fresh server per run; ``--sessions`` (10,000) persistent
   sessions (Clean Session 0), each holding ``--session-subscriptions`` (10)
   QoS 1 subscriptions of its own, disconnected (idle). The server's RSS
@@ -39,9 +41,9 @@ reported with every run's value beside it:
   the edge <= 200 MB.
 
 Server CPU seconds and the generator's CPU seconds are reported per run: a
-generator near one CPU second per second is the limit, not the server. Every
-run is bounded by ``--timeout``; by default the whole bench takes under 3
-minutes. Exit code 1 when an edge run failed or was incomplete (missed
+generator near one CPU second per second is the limit, not the server. The
+load average at start and end is in the result. Every run is bounded by
+``--timeout``; by default the whole bench takes under 2 minutes. Exit code 1 when an edge run failed or was incomplete (missed
 targets are reported, not an error).
 """
 
@@ -68,6 +70,7 @@ __all__ = ["TARGETS", "add_arguments", "run", "rss_bytes", "start_mosquitto"]
 TARGETS = {"fanout_ratio_min": 0.5, "latency_p99_ms_max": 10.0, "edge_memory_mb_max": 200.0}
 
 _SERVERS = ("edge", "mosquitto")
+_WARMUP_S = 0.5  # the start of each latency run that is not counted
 
 
 def _ints(text: str) -> list[int]:
@@ -196,13 +199,11 @@ def _others(servers: dict, s: str) -> list[int]:
     return [proc.pid for name, (proc, _port) in servers.items() if name != s]
 
 
-def _median_run(runs: list[dict], key: str, low_is_good: bool = False) -> dict:
-    ok = [r for r in runs if r.get(key) is not None]
-    if not ok:
-        out = dict(runs[0])
-    else:
-        ranked = sorted(ok, key=lambda r: r[key], reverse=low_is_good)
-        out = dict(ranked[len(ranked) // 2])
+def _median_run(runs: list[dict], key: str) -> dict:
+    """The run with the median ``key`` (of those that have one), with every
+    run's ``key`` as ``runs``; complete only when every run was."""
+    ok = sorted((r for r in runs if r.get(key) is not None), key=lambda r: r[key])
+    out = dict(ok[len(ok) // 2] if ok else runs[0])
     out["runs"] = [r.get(key) for r in runs]
     out["complete"] = all(r.get("complete") for r in runs)
     errors = [r["error"] for r in runs if r.get("error")]
@@ -218,10 +219,11 @@ def _fanout(args, servers: dict) -> dict:
             runs = {s: [] for s in servers}
             for i in range(args.repeat):
                 for s, (proc, port) in servers.items():
-                    runs[s].append(_one(port, proc.pid, _others(servers, s), label=f"f{s[0]}q{qos}n{n}r{i}",
-                                        subscribers=n, qos=qos, payload_bytes=args.payload_bytes,
-                                        publish_window=args.publish_window, window=args.window,
-                                        seconds=args.seconds, timeout=args.timeout))
+                    runs[s].append(_one(
+                        port, proc.pid, _others(servers, s), label=f"f{s[0]}q{qos}n{n}r{i}",
+                        subscribers=n, qos=qos, payload_bytes=args.payload_bytes,
+                        publish_window=args.publish_window, window=args.window,
+                        seconds=args.seconds, timeout=args.timeout))
             for s in servers:
                 out[s].setdefault(f"qos{qos}", {})[str(n)] = _median_run(runs[s], "delivered_per_s")
     return out
@@ -240,10 +242,11 @@ def _latency(args, servers: dict) -> dict:
     runs = {s: [] for s in servers}
     for i in range(args.repeat):
         for s, (proc, port) in servers.items():
-            r = _one(port, proc.pid, _others(servers, s), label=f"l{s[0]}r{i}", subscribers=args.latency_subscribers,
-                     qos=1, payload_bytes=args.payload_bytes, publish_window=args.publish_window,
+            r = _one(port, proc.pid, _others(servers, s), label=f"l{s[0]}r{i}",
+                     subscribers=args.latency_subscribers, qos=1,
+                     payload_bytes=args.payload_bytes, publish_window=args.publish_window,
                      window=args.window, seconds=args.latency_seconds, rate=args.latency_rate,
-                     record_latency=True, warmup_s=0.5, timeout=args.timeout)
+                     record_latency=True, warmup_s=_WARMUP_S, timeout=args.timeout)
             lat = sorted(r.pop("latencies_ns", []))
             if lat:
                 r.update(samples=len(lat), p50_ms=round(lat[len(lat) // 2] / 1e6, 3),
@@ -256,7 +259,7 @@ def _latency(args, servers: dict) -> dict:
             runs[s].append(r)
     out = {}
     for s in servers:
-        med = _median_run(runs[s], "p99_ms", low_is_good=False)
+        med = _median_run(runs[s], "p99_ms")
         out[s] = {"p50_ms": _median([r["p50_ms"] for r in runs[s]]),
                   "p99_ms": _median([r["p99_ms"] for r in runs[s]]),
                   "runs_p50_ms": [r["p50_ms"] for r in runs[s]],
@@ -337,7 +340,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         "settings": {"seconds": args.seconds, "publish_window": args.publish_window,
                      "window": args.window, "subscribers": args.subscribers, "qos": args.qos,
                      "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds,
-                     "latency_subscribers": args.latency_subscribers, "latency_warmup_s": 0.5,
+                     "latency_subscribers": args.latency_subscribers, "latency_warmup_s": _WARMUP_S,
                      "sessions": args.sessions,
                      "session_subscriptions": args.session_subscriptions},
         "edge_settings": _edge_settings(config),
