@@ -1,0 +1,640 @@
+"""Real subscribers against a running edge (issue 22, item 6, second bullet):
+paho-mqtt at MQTT 3.1, 3.1.1 and 5 and mosquitto_sub / mosquitto_pub, as
+subscribers and publishers, against an in-process edge (tests/edge/conftest.py).
+
+What a subscriber gets, each rule by its id: the delivered QoS is the lower
+of the published and granted QoS [MQTT-3.8.4-8]; ``+`` and ``#`` match, and
+do not match ``$`` topics as a first level [MQTT-4.7.2-1]; a Shared
+Subscription gives each message to one member (MQTT 5.0 section 4.8.2);
+No Local [MQTT-3.8.3-3]; Retain As Published [MQTT-3.3.1-12, -13] and RETAIN
+0 on live messages otherwise [MQTT-3.3.1-9]; Subscription Identifiers
+[MQTT-3.3.4-3]; Message Expiry [MQTT-3.3.2-5, -6]; User Properties in order
+[MQTT-3.3.2-17, -18]; one publisher's messages in order [MQTT-4.6.0-6]; an
+offline persistent session gets what was queued.
+
+Bad input and limits (issue 22): invalid Topic Filters close the connection
+as ``bridge/mqtt/subscribe.py`` decides, the subscription quota refuses one
+filter and keeps the client, a subscriber that does not read its socket and
+one that does not acknowledge leave every other client served with memory
+bounded.
+
+Absence is proved with a sentinel: messages from one publisher reach one
+session in order [MQTT-4.6.0-6], so once the message published last has
+arrived, anything published before it that was due has arrived too.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from typing import NamedTuple
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from bridge.mqtt import Properties, Publish, Subscribe, Subscription
+from bridge.mqtt.codec import decode_packet
+from bridge.mqtt.strings import encode_string
+from bridge.mqtt.varint import encode_varint
+from bridge.mqtt.rules import RULES
+from tests.edge.conftest import RawClient, wait_for, wait_records
+from tests.edge.util import headers_of, read_log
+
+PROTOCOLS = {3: mqtt.MQTTv31, 4: mqtt.MQTTv311, 5: mqtt.MQTTv5}
+LEVELS = [3, 4, 5]
+DEADLINE = 10.0
+
+
+class Got(NamedTuple):
+    """One PUBLISH as a paho subscriber received it."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    dup: bool
+    props: object
+
+
+class Client:
+    """A paho client (connected, its network loop in a thread) that records
+    every message it receives. 3.x: ``clean`` is Clean Session; 5: Clean
+    Start, with ``expiry`` as Session Expiry Interval."""
+
+    def __init__(self, port: int, level: int, client_id: str, *, clean: bool = True,
+                 expiry: int | None = None) -> None:
+        self.level = level
+        self.client_id = client_id
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             protocol=PROTOCOLS[level],
+                             clean_session=None if level == 5 else clean)
+        self.c.max_inflight_messages_set(0)  # no client-side window: publish order = wire order
+        self.got: list[Got] = []
+        self.subacks: dict[int, list[int]] = {}
+        self.connack = None
+        self._lock = threading.Lock()
+        self.c.on_connect = self._on_connect
+        self.c.on_message = self._on_message
+        self.c.on_subscribe = self._on_subscribe
+        props = None
+        if level == 5 and expiry is not None:
+            props = PahoProperties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = expiry
+        kw = {"clean_start": clean, "properties": props} if level == 5 else {}
+        self.c.connect("127.0.0.1", port, keepalive=30, **kw)
+        self.c.loop_start()
+        wait_for(lambda: self.connack is not None, DEADLINE, f"CONNACK for {client_id}")
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        self.connack = (flags.session_present, reason_code.value)
+
+    def _on_message(self, client, userdata, m) -> None:
+        with self._lock:
+            self.got.append(Got(m.topic, m.payload, m.qos, bool(m.retain), bool(m.dup),
+                                getattr(m, "properties", None)))
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
+        self.subacks[mid] = [rc.value for rc in reason_codes]
+
+    def subscribe(self, *subs, sub_id: int | None = None) -> list[int]:
+        """SUBSCRIBE ``(filter, qos)`` or ``(filter, SubscribeOptions)`` pairs;
+        returns the SUBACK's codes."""
+        props = None
+        if sub_id is not None:
+            props = PahoProperties(PacketTypes.SUBSCRIBE)
+            props.SubscriptionIdentifier = sub_id
+        rc, mid = self.c.subscribe(list(subs), properties=props)
+        assert rc == mqtt.MQTT_ERR_SUCCESS
+        return wait_for(lambda: self.subacks.get(mid), DEADLINE, f"SUBACK for {self.client_id}")
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
+                props: PahoProperties | None = None) -> mqtt.MQTTMessageInfo:
+        return self.c.publish(topic, payload, qos=qos, retain=retain, properties=props)
+
+    def publish_all(self, items) -> None:
+        """Publish ``(topic, payload, qos)`` items; wait until each is acknowledged."""
+        infos = [self.publish(t, p, q) for t, p, q in items]
+        for info in infos:
+            info.wait_for_publish(DEADLINE)
+            assert info.is_published()
+
+    def messages(self) -> list[Got]:
+        with self._lock:
+            return list(self.got)
+
+    def wait_for_payload(self, payload: bytes, what: str = "") -> list[Got]:
+        """Wait until ``payload`` arrived; return everything received so far."""
+        return wait_for(lambda: (lambda g: g if any(m.payload == payload for m in g) else None)(
+            self.messages()), DEADLINE, what or f"{payload!r} at {self.client_id}")
+
+    def wait_count(self, n: int, what: str = "") -> list[Got]:
+        return wait_for(lambda: (lambda g: g if len(g) >= n else None)(self.messages()),
+                        DEADLINE, what or f"{n} messages at {self.client_id}")
+
+    def close(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+@pytest.fixture
+def clients(edge):
+    """A function: (level, client_id, **kw) -> a connected :class:`Client` on ``edge``."""
+    made: list[Client] = []
+
+    def make(level: int, client_id: str, port: int | None = None, **kw) -> Client:
+        c = Client(port or edge.port, level, client_id, **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _props(**values) -> PahoProperties:
+    p = PahoProperties(PacketTypes.PUBLISH)
+    for k, v in values.items():
+        setattr(p, k, v)
+    return p
+
+
+def _payloads(got) -> list[bytes]:
+    return [m.payload for m in got]
+
+
+# ---------------------------------------------------------------- QoS
+@pytest.mark.parametrize("pub_level", LEVELS)
+@pytest.mark.parametrize("sub_level", LEVELS)
+def test_delivered_qos_is_min_of_published_and_granted_MQTT_3_8_4_8(clients, sub_level, pub_level):
+    sub = clients(sub_level, f"qs-{sub_level}-{pub_level}")
+    assert sub.subscribe(("q/g0/#", 0), ("q/g1/#", 1), ("q/g2/#", 2)) == [0, 1, 2]
+    pub = clients(pub_level, f"qp-{sub_level}-{pub_level}")
+    items = [(f"q/g{g}/p{p}", f"{g}{p}".encode(), p) for g in range(3) for p in range(3)]
+    pub.publish_all(items)
+    got = sub.wait_count(9)
+    assert sorted((m.topic, m.qos) for m in got) == sorted(
+        (f"q/g{g}/p{p}", min(g, p)) for g in range(3) for p in range(3))
+    assert not any(m.retain or m.dup for m in got)  # [MQTT-3.3.1-9], [MQTT-3.3.1-3]
+    assert len(got) == 9
+
+
+# ---------------------------------------------------------------- wildcards
+@pytest.mark.parametrize("level", LEVELS)
+def test_wildcards_and_dollar_topics_MQTT_4_7_2_1(clients, level):
+    filters = {"hash": "#", "plus": "+/x", "plus2": "+/+", "hashtail": "+/#",
+               "dollar": "$foo/#", "dollarplus": "$foo/+", "exact": "a/x", "deep": "a/#"}
+    subs = {}
+    for name, tf in filters.items():
+        subs[name] = clients(level, f"w{level}-{name}")
+        assert subs[name].subscribe((tf, 1), ("zz/end", 1)) == [1, 1]
+    pub = clients(level, f"w{level}-pub")
+    topics = ["$foo/x", "$SYS/x", "a/x", "a", "b/x", "a/b/c", "zz/end"]
+    pub.publish_all([(t, t.encode(), 1) for t in topics])
+    expect = {
+        "hash": ["a/x", "a", "b/x", "a/b/c"],
+        "plus": ["a/x", "b/x"],
+        "plus2": ["a/x", "b/x"],
+        "hashtail": ["a/x", "a", "b/x", "a/b/c"],  # '#' matches its parent level too
+        "dollar": ["$foo/x"],
+        "dollarplus": ["$foo/x"],
+        "exact": ["a/x"],
+        "deep": ["a/x", "a", "a/b/c"],
+    }
+    for name, want in expect.items():
+        got = subs[name].wait_for_payload(b"zz/end")  # the sentinel, once (overlap: one copy)
+        assert [m.topic for m in got] == want + ["zz/end"], name
+
+
+# ---------------------------------------------------------------- shared
+def test_shared_subscription_each_message_to_exactly_one_member(clients):
+    a = clients(5, "share-a")
+    b = clients(5, "share-b")
+    for c in (a, b):
+        assert c.subscribe(("$share/g/sh/+", SubscribeOptions(qos=1)), ("sh-end", 1)) == [1, 1]
+    pub = clients(4, "share-pub")
+    n = 40
+    pub.publish_all([(f"sh/{i % 3}", str(i).encode(), 1) for i in range(n)] + [("sh-end", b"end", 1)])
+    for c in (a, b):
+        c.wait_for_payload(b"end")
+    ga = [m.payload for m in a.messages() if m.topic != "sh-end"]
+    gb = [m.payload for m in b.messages() if m.topic != "sh-end"]
+    assert len(ga) + len(gb) == n
+    assert set(ga).isdisjoint(gb)
+    assert set(ga) | set(gb) == {str(i).encode() for i in range(n)}
+    assert ga and gb  # both members get some
+    # each member sees its share in the order published [MQTT-4.6.0-6 per session]
+    assert [int(p) for p in ga] == sorted(int(p) for p in ga)
+
+
+def test_shared_subscription_with_one_member_gone_delivers_to_the_other(clients):
+    a = clients(5, "share2-a")
+    b = clients(5, "share2-b")
+    for c in (a, b):
+        assert c.subscribe(("$share/h/s2/#", 1)) == [1]
+    b.close()  # a clean session: its subscription ends with it
+    pub = clients(5, "share2-pub")
+    pub.publish_all([("s2/x", str(i).encode(), 1) for i in range(10)])
+    got = a.wait_count(10)
+    assert _payloads(got) == [str(i).encode() for i in range(10)]
+
+
+# ---------------------------------------------------------------- MQTT 5 options
+def test_no_local_MQTT_3_8_3_3(clients):
+    me = clients(5, "nl-me")
+    assert me.subscribe(("nl/#", SubscribeOptions(qos=1, noLocal=True))) == [1]
+    control = clients(5, "nl-control")
+    assert control.subscribe(("nl/#", 1)) == [1]
+    other = clients(5, "nl-other")
+    me.publish_all([("nl/a", b"mine", 1)])
+    other.publish_all([("nl/a", b"theirs", 1)])
+    control.wait_count(2)
+    assert _payloads(control.messages()) == [b"mine", b"theirs"]
+    assert _payloads(me.wait_for_payload(b"theirs")) == [b"theirs"]
+
+
+@pytest.mark.parametrize("sub_level", LEVELS)
+def test_retain_as_published_MQTT_3_3_1_12_and_13(clients, sub_level):
+    plain = clients(sub_level, f"rap-plain-{sub_level}")
+    assert plain.subscribe(("rap/#", 1)) == [1]
+    rap = clients(5, f"rap-keep-{sub_level}")
+    assert rap.subscribe(("rap/#", SubscribeOptions(qos=1, retainAsPublished=True))) == [1]
+    pub = clients(4, f"rap-pub-{sub_level}")
+    infos = [pub.publish("rap/a", b"retained", 1, retain=True),
+             pub.publish("rap/a", b"plain", 1, retain=False)]
+    for info in infos:
+        info.wait_for_publish(DEADLINE)
+    kept = rap.wait_count(2)
+    assert [(m.payload, m.retain) for m in kept] == [(b"retained", True), (b"plain", False)]
+    live = plain.wait_count(2)
+    # a live message goes out with RETAIN 0 [MQTT-3.3.1-9 (3.1.1), MQTT-3.3.1-12]
+    assert [(m.payload, m.retain) for m in live] == [(b"retained", False), (b"plain", False)]
+
+
+def test_subscription_identifiers_MQTT_3_3_4_3(clients):
+    sub = clients(5, "sid")
+    assert sub.subscribe(("si/#", 0), sub_id=7) == [0]
+    assert sub.subscribe(("si/+/x", 2), sub_id=9) == [2]
+    assert sub.subscribe(("si-end", 1)) == [1]
+    pub = clients(5, "sid-pub")
+    pub.publish_all([("si/a/x", b"both", 2), ("si/b", b"seven", 1), ("si-end", b"end", 1)])
+    got = sub.wait_for_payload(b"end")
+    # overlapping subscriptions: one copy, at the maximum granted QoS of the
+    # matches [MQTT-3.3.4-2], with every identifier [MQTT-3.3.4-3]
+    assert _payloads(got) == [b"both", b"seven", b"end"]
+    both = got[0]
+    assert both.qos == 2
+    assert sorted(both.props.SubscriptionIdentifier) == [7, 9]
+    seven = [m for m in got if m.payload == b"seven"]
+    assert len(seven) == 1 and seven[0].props.SubscriptionIdentifier == [7] and seven[0].qos == 0
+    assert not hasattr(got[-1].props, "SubscriptionIdentifier")
+
+
+def test_user_properties_in_order_and_forwarded_MQTT_3_3_2_17_18(clients):
+    v5 = clients(5, "up-5")
+    v4 = clients(4, "up-4")
+    for c in (v5, v4):
+        assert c.subscribe(("up/#", 1)) == [1]
+    pub = clients(5, "up-pub")
+    user = [("z", "1"), ("a", "2"), ("z", "3"), ("m", ""), ("a", "2")]
+    props = _props(UserProperty=user, ContentType="text/plain", ResponseTopic="up/reply",
+                   CorrelationData=b"\x00\x01corr", PayloadFormatIndicator=1)
+    info = pub.publish("up/x", b"payload", 1, props=props)
+    info.wait_for_publish(DEADLINE)
+    m = v5.wait_count(1)[0]
+    assert m.props.UserProperty == user
+    assert (m.props.ContentType, m.props.ResponseTopic, m.props.CorrelationData,
+            m.props.PayloadFormatIndicator) == ("text/plain", "up/reply", b"\x00\x01corr", 1)
+    m4 = v4.wait_count(1)[0]  # 3.1.1 has no properties; the message itself arrives
+    assert (m4.topic, m4.payload, m4.qos) == ("up/x", b"payload", 1)
+
+
+@pytest.mark.parametrize("sub_level, pub_level", [(5, 3), (5, 4), (3, 5), (4, 5)])
+def test_mixed_versions(clients, sub_level, pub_level):
+    sub = clients(sub_level, f"mix-s{sub_level}-{pub_level}")
+    assert sub.subscribe(("mix/#", 2)) == [2]
+    pub = clients(pub_level, f"mix-p{sub_level}-{pub_level}")
+    props = _props(UserProperty=[("k", "v")], MessageExpiryInterval=60) if pub_level == 5 else None
+    infos = [pub.publish(f"mix/{q}", bytes(range(256)) * q + b"end", q, props=props)
+             for q in range(3)]
+    for info in infos:
+        info.wait_for_publish(DEADLINE)
+    got = sub.wait_count(3)
+    assert [(m.topic, m.payload, m.qos) for m in got] == [
+        (f"mix/{q}", bytes(range(256)) * q + b"end", q) for q in range(3)]
+
+
+# ---------------------------------------------------------------- expiry
+def test_message_expiry_for_offline_persistent_session_MQTT_3_3_2_5_and_6(edge, clients):
+    v5 = clients(5, "exp-5", clean=True, expiry=300)
+    v4 = clients(4, "exp-4", clean=False)
+    for c in (v5, v4):
+        assert c.subscribe(("exp/#", 1)) == [1]
+        c.close()
+    pub = clients(5, "exp-pub")
+    for info in [pub.publish("exp/short", b"short", 1, props=_props(MessageExpiryInterval=1)),
+                 pub.publish("exp/long", b"long", 1, props=_props(MessageExpiryInterval=60)),
+                 pub.publish("exp/none", b"none", 1)]:
+        info.wait_for_publish(DEADLINE)
+    published = time.monotonic()
+    time.sleep(2.2)  # the subject of the test: "short" expires while they are offline
+    back5 = clients(5, "exp-5", clean=False, expiry=300)
+    back4 = clients(4, "exp-4", clean=False)
+    waited = time.monotonic() - published
+    assert back5.connack[0] and back4.connack[0]  # session present
+    for c in (back5, back4):
+        got = c.wait_for_payload(b"none")
+        assert _payloads(got) == [b"long", b"none"], c.client_id  # [MQTT-3.3.2-5]
+    long5, none5 = back5.messages()
+    left = long5.props.MessageExpiryInterval  # decremented [MQTT-3.3.2-6]
+    assert 60 - int(waited) - 1 <= left <= 58
+    assert not hasattr(none5.props, "MessageExpiryInterval")
+
+
+# ---------------------------------------------------------------- order
+def _take_publishes(c: RawClient, level: int, n: int) -> list[Publish]:
+    """Read ``n`` PUBLISH packets on a raw subscriber, acknowledging each as
+    it arrives (PUBACK; PUBREC, then PUBCOMP for the PUBREL), in wire order."""
+    out: list[Publish] = []
+    deadline = time.monotonic() + DEADLINE
+    while len(out) < n:
+        assert time.monotonic() < deadline, f"{len(out)} of {n} PUBLISH packets"
+        pkt = c.packet()
+        assert pkt, f"connection closed after {len(out)} of {n} PUBLISH packets"
+        kind = pkt[0] >> 4
+        if kind == 3:
+            p = decode_packet(pkt, level, from_client=False)[0]
+            out.append(p)
+            if p.qos == 1:
+                c.send(b"\x40\x02" + p.packet_id.to_bytes(2, "big"))
+            elif p.qos == 2:
+                c.send(b"\x50\x02" + p.packet_id.to_bytes(2, "big"))
+        elif kind == 6:
+            c.send(b"\x70\x02" + pkt[2:4])
+        else:
+            raise AssertionError(f"unexpected packet {pkt[:8].hex()}")
+    return out
+
+
+@pytest.mark.parametrize("sub_level", [4, 5])
+def test_200_mixed_qos_messages_arrive_in_order_MQTT_4_6_0_6(edge, raw, clients, sub_level):
+    """Wire order at a raw QoS 2 subscriber (paho hands a QoS 2 message to
+    the application only at PUBREL, after later QoS 0/1 ones)."""
+    sub = raw()
+    assert sub.connect(sub_level, client_id=f"ord-s{sub_level}")[0] == 0x20
+    sub.send_packet(Subscribe(1, [Subscription("ord/#", 2)]), sub_level)
+    assert sub.packet()[0] == 0x90
+    pub = clients(4, f"ord-p{sub_level}")
+    n = 200
+    pub.publish_all([(f"ord/{i % 5}", str(i).encode(), i % 3) for i in range(n)])
+    got = _take_publishes(sub, sub_level, n)
+    assert [int(m.payload) for m in got] == list(range(n))
+    assert [m.qos for m in got] == [i % 3 for i in range(n)]
+    assert not any(m.dup for m in got)
+
+
+# ---------------------------------------------------------------- mosquitto
+MOSQ = shutil.which("mosquitto_sub") and shutil.which("mosquitto_pub")
+
+
+def _mosquitto_pub(port: int, topic: str, message: str, qos: int = 1, version="mqttv311"):
+    subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-V", version,
+                    "-q", str(qos), "-t", topic, "-m", message], check=True, timeout=20,
+                   capture_output=True)
+
+
+def _mosquitto_sub(port: int, count: int, client_id: str, version: str) -> subprocess.Popen:
+    args = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-V", version,
+            "-t", "site/#", "-q", "1", "-c", "-i", client_id, "-C", str(count), "-W", "15", "-v"]
+    if version == "mqttv5":
+        args += ["-x", "600"]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _subscribed(edge, client_id: str, times: int) -> None:
+    """Wait until ``client_id``'s ``times``-th SUBSCRIBE is in the capture log."""
+    wait_records(edge.config.capture_dir,
+                 lambda r: r.key == client_id.encode() and r.value[0] == 0x82, times)
+
+
+@pytest.mark.skipif(not MOSQ, reason="mosquitto_sub / mosquitto_pub not installed "
+                    "(Debian package mosquitto-clients)")
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
+def test_mosquitto_sub_persistent_session_gets_what_queued_offline(edge, version):
+    cid = f"me-{version}"
+    live = _mosquitto_sub(edge.port, 3, cid, version)
+    try:
+        _subscribed(edge, cid, 1)
+        for i in range(3):
+            _mosquitto_pub(edge.port, f"site/live/{i}", f"live {i}", qos=i % 2 + 1)
+        out, err = live.communicate(timeout=20)
+    finally:
+        live.kill()
+    assert live.returncode == 0, err
+    assert out.splitlines() == [f"site/live/{i} live {i}" for i in range(3)]
+    # the subscriber is gone (its session stays); publish while it is offline
+    for i in range(4):
+        _mosquitto_pub(edge.port, f"site/queued/{i}", f"queued {i}", qos=1, version=version)
+    _mosquitto_pub(edge.port, "elsewhere", "not for me")
+    back = _mosquitto_sub(edge.port, 4, cid, version)
+    try:
+        out, err = back.communicate(timeout=20)
+    finally:
+        back.kill()
+    assert back.returncode == 0, err
+    assert out.splitlines() == [f"site/queued/{i} queued {i}" for i in range(4)]
+
+
+# ---------------------------------------------------------------- bad input
+def _subscribe_frame(level: int, *subs: Subscription, packet_id: int = 1) -> bytes:
+    """A SUBSCRIBE, encoded without the codec's checks (raw filters)."""
+    body = packet_id.to_bytes(2, "big") + (b"\x00" if level == 5 else b"")
+    for s in subs:
+        opts = s.qos | (4 if s.no_local else 0) | (8 if s.retain_as_published else 0)
+        body += encode_string(s.topic_filter) + bytes((opts,))
+    return b"\x82" + encode_varint(len(body)) + body
+
+
+INVALID_FILTERS = [
+    ("a/#/b", 4, "MQTT-4.7.1-1"), ("a#", 4, "MQTT-4.7.1-1"), ("a/b+", 4, "MQTT-4.7.1-2"),
+    ("", 4, "MQTT-4.7.3-1"), ("a/#/b", 5, "MQTT-4.7.1-1"), ("+a", 5, "MQTT-4.7.1-2"),
+    ("$share//x", 5, "MQTT-4.8.2-1"), ("$share/g", 5, "MQTT-4.8.2-2"),
+    ("$share/g+/x", 5, "MQTT-4.8.2-2"), ("", 3, "MQTT-4.7.3-1"),
+]
+
+
+@pytest.mark.parametrize("tf, level, rule", INVALID_FILTERS)
+def test_invalid_filter_closes_the_connection(edge, raw, clients, tf, level, rule):
+    good = clients(5, f"bystander-{level}")
+    assert good.subscribe(("ok/#", 1)) == [1]
+    c = raw()
+    assert c.connect(level, client_id=f"bad-{level}")[0] == 0x20
+    c.send(_subscribe_frame(level, Subscription("ok/fine", 1), Subscription(tf, 1)))
+    if level == 5:
+        assert c.packet() == bytes((0xE0, 1, RULES[rule].reason_code))
+    assert c.closed()
+    rec = wait_records(edge.config.capture_dir,
+                       lambda r: r.key == f"bad-{level}".encode()
+                       and headers_of(r).get("reject") is not None, 1)[0]
+    assert headers_of(rec)["reject"] == rule.encode()
+    # the whole SUBSCRIBE is refused: nothing of it was subscribed
+    pub = clients(4, f"bad-pub-{level}")
+    pub.publish_all([("ok/fine", b"x", 1)])
+    good.wait_for_payload(b"x")
+    assert edge.call(lambda: edge.server.router.count(f"bad-{level}")) == 0
+
+
+def test_no_local_on_shared_subscription_is_a_protocol_error_MQTT_3_8_3_4(edge, raw):
+    c = raw()
+    assert c.connect(5, client_id="nl-shared")[0] == 0x20
+    c.send(_subscribe_frame(5, Subscription("$share/g/x", 1, no_local=True)))
+    assert c.packet() == bytes((0xE0, 1, 0x82))
+    assert c.closed()
+
+
+@pytest.mark.parametrize("level, refusal", [(5, 0x97), (4, 0x80), (3, 0x80)])
+def test_subscription_quota_refuses_the_extra_filter_and_keeps_the_client(
+        run_edge, level, refusal):
+    edge = run_edge("edge.max_subscriptions_per_client=3")
+    sub = Client(edge.port, level, f"quota-{level}")
+    try:
+        assert sub.subscribe(("qa/1", 1), ("qa/2", 1), ("qa/3", 1), ("qa/4", 1)) == [
+            1, 1, 1, refusal]
+        assert sub.subscribe(("qa/5", 0)) == [refusal]
+        assert sub.subscribe(("qa/2", 2)) == [2]  # a replacement is not an extra one
+        pub = Client(edge.port, 4, f"quota-pub-{level}")
+        try:
+            pub.publish_all([("qa/4", b"refused", 1), ("qa/5", b"refused", 1),
+                             ("qa/1", b"one", 1), ("qa/2", b"two", 2)])
+            got = sub.wait_for_payload(b"two")
+            assert [(m.payload, m.qos) for m in got] == [(b"one", 1), (b"two", 2)]
+        finally:
+            pub.close()
+    finally:
+        sub.close()
+
+
+def _server_publish(c: RawClient, level: int) -> Publish:
+    p = c.packet()
+    assert p and p[0] >> 4 == 3, p
+    return decode_packet(p, level, from_client=False)[0]
+
+
+def _quiet(c: RawClient, seconds: float = 0.5) -> None:
+    """Nothing arrives on ``c`` for ``seconds`` (a bounded read)."""
+    assert not c.buf
+    c.sock.settimeout(seconds)
+    try:
+        with pytest.raises(socket.timeout):
+            c.sock.recv(1)
+    finally:
+        c.sock.settimeout(5)
+
+
+def test_subscriber_that_never_acknowledges_gets_at_most_the_window_MQTT_3_3_4_9(run_edge):
+    edge = run_edge("edge.max_inflight_messages=5")
+    silent = RawClient(edge.port, timeout=5)
+    small = RawClient(edge.port, timeout=5)
+    pub = other = None
+    try:
+        assert silent.connect(4, client_id="noack-4")[0] == 0x20
+        silent.send_packet(Subscribe(1, [Subscription("na/#", 1)]), 4)
+        assert silent.packet() == b"\x90\x03\x00\x01\x01"
+        # MQTT 5 Receive Maximum 3, below the edge's window [MQTT-3.3.4-9]
+        props = Properties(receive_maximum=3)
+        assert small.connect(5, client_id="noack-5", properties=props)[0] == 0x20
+        small.send_packet(Subscribe(1, [Subscription("na/#", 2)]), 5)
+        assert small.packet()[0] == 0x90
+        pub = Client(edge.port, 4, "noack-pub")
+        pub.publish_all([("na/x", str(i).encode(), 1) for i in range(20)])
+        other = Client(edge.port, 5, "noack-other")
+        assert other.subscribe(("na/#", 1)) == [1]
+        pub.publish_all([("na/x", b"after", 1)])
+        other.wait_for_payload(b"after")  # the edge serves everyone else
+        for c, level, window in ((silent, 4, 5), (small, 5, 3)):
+            got = [_server_publish(c, level) for _ in range(window)]
+            assert [(p.payload, p.qos, p.dup) for p in got] == [
+                (str(i).encode(), 1, False) for i in range(window)]
+            _quiet(c)  # nothing beyond the window
+            # one PUBACK frees one slot: exactly one more PUBLISH
+            c.send(b"\x40\x02" + got[0].packet_id.to_bytes(2, "big"))
+            nxt = _server_publish(c, level)
+            assert nxt.payload == str(window).encode()
+            _quiet(c)
+    finally:
+        for c in (silent, small):
+            c.close()
+        for c in (pub, other):
+            if c is not None:
+                c.close()
+
+
+def test_subscriber_that_never_reads_leaves_the_edge_serving_others(run_edge, monkeypatch,
+                                                                     caplog):
+    """A QoS 0 subscriber that stops reading: the edge's transport buffer
+    fills, it stops sending to it and its session queue applies (bounded by
+    edge.max_queued_messages, the oldest dropped, counted and logged in one
+    line); every other client goes on."""
+    monkeypatch.setattr("bridge.edge.housekeeping.SNAPSHOT_INTERVAL_S", 0.3)
+    limit = 100
+    edge = run_edge(f"edge.max_queued_messages={limit}")
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.settimeout(5)
+    stuck.connect(("127.0.0.1", edge.port))
+    stuck_c = RawClient.__new__(RawClient)
+    stuck_c.sock, stuck_c.buf = stuck, b""
+    pub = other = None
+    caplog.set_level(logging.INFO, logger="bridge.edge")
+    try:
+        assert stuck_c.connect(4, client_id="stuck")[0] == 0x20
+        stuck_c.send_packet(Subscribe(1, [Subscription("big/#", 0)]), 4)
+        assert stuck_c.packet()[0] == 0x90
+        # from here on the stuck subscriber reads nothing
+        other = Client(edge.port, 4, "reader")
+        assert other.subscribe(("big/#", 1)) == [1]
+        pub = Client(edge.port, 5, "big-pub")
+        chunk = b"x" * 16384
+        n = 400  # 6.5 MB
+        t0 = time.monotonic()
+        for k in range(0, n, 25):  # bursts the reader's queue absorbs (its window is 20)
+            pub.publish_all([("big/x", b"%05d" % i + chunk, 1) for i in range(k, k + 25)])
+        got = other.wait_count(n)
+        assert [int(m.payload[:5]) for m in got] == list(range(n))
+        assert time.monotonic() - t0 < 30
+
+        def box():
+            s = edge.server.router.sessions["stuck"]
+            conn = edge.server.clients["stuck"]
+            return (len(s.outbox.queue), s.outbox.queued_bytes, s.outbox.dropped,
+                    conn.transport.get_write_buffer_size())
+        queued, qbytes, dropped, buffered = edge.call(box)
+        assert queued <= limit and qbytes <= limit * (len(chunk) + 5)
+        assert dropped > 0
+        assert buffered < 4 << 20  # the transport buffer stopped growing
+        line = wait_for(lambda: [r.getMessage() for r in caplog.records
+                                 if "client=stuck" in r.getMessage()
+                                 and "queued messages dropped" in r.getMessage()],
+                        DEADLINE, "the drop line in the edge's log")
+        assert "edge.max_queued_messages = 100" in line[0]
+        assert not [r for r in caplog.records if "client=reader" in r.getMessage()
+                    and "dropped" in r.getMessage()]
+        # a fresh client still gets served
+        late = Client(edge.port, 3, "late")
+        try:
+            assert late.subscribe(("late", 1)) == [1]
+            pub.publish_all([("late", b"hello", 1)])
+            late.wait_for_payload(b"hello")
+        finally:
+            late.close()
+    finally:
+        stuck.close()
+        for c in (pub, other):
+            if c is not None:
+                c.close()
