@@ -399,6 +399,53 @@ def test_200_mixed_qos_messages_arrive_in_order_MQTT_4_6_0_6(edge, raw, clients,
     assert not any(m.dup for m in got)
 
 
+# ---------------------------------------------------------------- re-sends
+def _session_connect(c: RawClient, level: int, cid: str) -> bytes:
+    props = Properties(session_expiry_interval=300) if level == 5 else Properties()
+    return c.connect(level, client_id=cid, clean_start=False, properties=props)
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_unacknowledged_resent_with_dup_and_same_ids_on_reconnect_MQTT_4_4_0_1(
+        edge, raw, clients, level):
+    """Without an edge restart: the session (and its outbox) stays in memory."""
+    cid = f"dup-{level}"
+    first = raw()
+    connack = _session_connect(first, level, cid)
+    assert (connack[0], connack[2], connack[3]) == (0x20, 0, 0)  # a new session, accepted
+    first.send_packet(Subscribe(1, [Subscription("dup/#", 2)]), level)
+    assert first.packet()[0] == 0x90
+    pub = clients(4, f"dup-pub-{level}")
+    pub.publish_all([("dup/1", b"one", 1), ("dup/2", b"two", 2), ("dup/3", b"three", 2)])
+    sent = [_server_publish(first, level) for _ in range(3)]
+    assert [(p.payload, p.qos, p.dup) for p in sent] == [
+        (b"one", 1, False), (b"two", 2, False), (b"three", 2, False)]
+    first.send(b"\x50\x02" + sent[2].packet_id.to_bytes(2, "big"))  # PUBREC for "three"
+    assert first.packet() == b"\x62\x02" + sent[2].packet_id.to_bytes(2, "big")
+    first.close()  # no PUBACK, no PUBREC for two, no PUBCOMP
+    wait_for(lambda: not edge.call(lambda: cid in edge.server.clients), DEADLINE,
+             "the edge to see the subscriber gone")
+    pub.publish_all([("dup/4", b"four", 1), ("dup/5", b"five", 0)])  # QoS 0: not queued
+    again = raw()
+    assert _session_connect(again, level, cid)[2] == 1  # session present
+    one, two = _server_publish(again, level), _server_publish(again, level)
+    assert [(p.payload, p.qos, p.dup, p.packet_id) for p in (one, two)] == [
+        (b"one", 1, True, sent[0].packet_id), (b"two", 2, True, sent[1].packet_id)]
+    assert again.packet() == b"\x62\x02" + sent[2].packet_id.to_bytes(2, "big")  # PUBREL again
+    four = _server_publish(again, level)
+    assert (four.payload, four.dup) == (b"four", False)
+    again.send(b"\x40\x02" + one.packet_id.to_bytes(2, "big")
+               + b"\x50\x02" + two.packet_id.to_bytes(2, "big")
+               + b"\x70\x02" + sent[2].packet_id.to_bytes(2, "big")
+               + b"\x40\x02" + four.packet_id.to_bytes(2, "big"))
+    assert again.packet() == b"\x62\x02" + two.packet_id.to_bytes(2, "big")
+    again.send(b"\x70\x02" + two.packet_id.to_bytes(2, "big"))
+    _quiet(again)
+    acks = wait_records(edge.config.capture_dir,
+                        lambda r: r.key == cid.encode() and "ack_ref" in headers_of(r), 6)
+    assert len(acks) == 6  # PUBREC, PUBACK, PUBREC, PUBCOMP, PUBACK, PUBCOMP with ack_ref
+
+
 # ---------------------------------------------------------------- mosquitto
 MOSQ = shutil.which("mosquitto_sub") and shutil.which("mosquitto_pub")
 
@@ -490,6 +537,36 @@ def test_invalid_filter_closes_the_connection(edge, raw, clients, tf, level, rul
     assert edge.call(lambda: edge.server.router.count(f"bad-{level}")) == 0
 
 
+@pytest.mark.parametrize("level", [4, 5])
+def test_oversize_subscribe_closes_the_connection(run_edge, level):
+    edge = run_edge("edge.max_packet_bytes=1024")
+    c = RawClient(edge.port)
+    try:
+        assert c.connect(level, client_id=f"big-sub-{level}")[0] == 0x20
+        c.send(_subscribe_frame(level, *[Subscription(f"f/{i:04d}/" + "x" * 40, 1)
+                                         for i in range(40)]))
+        if level == 5:
+            assert c.packet() == b"\xe0\x01\x95"  # Packet too large
+        assert c.closed()
+        assert edge.call(lambda: edge.server.router.count(f"big-sub-{level}")) == 0
+        other = Client(edge.port, level, f"after-big-{level}")
+        try:
+            assert other.subscribe(("f/#", 1)) == [1]
+        finally:
+            other.close()
+    finally:
+        c.close()
+
+
+def test_thousands_of_subscriptions_stop_at_the_limit(clients):
+    c = clients(5, "thousands")
+    codes = c.subscribe(*[(f"t/{i}/+", 1) for i in range(1200)])
+    assert codes == [1] * 1000 + [0x97] * 200  # edge.max_subscriptions_per_client = 1000
+    pub = clients(5, "thousands-pub")
+    pub.publish_all([("t/999/x", b"in", 1), ("t/1000/x", b"out", 1), ("t/0/x", b"end", 1)])
+    assert _payloads(c.wait_for_payload(b"end")) == [b"in", b"end"]
+
+
 def test_no_local_on_shared_subscription_is_a_protocol_error_MQTT_3_8_3_4(edge, raw):
     c = raw()
     assert c.connect(5, client_id="nl-shared")[0] == 0x20
@@ -526,7 +603,7 @@ def _server_publish(c: RawClient, level: int) -> Publish:
     return decode_packet(p, level, from_client=False)[0]
 
 
-def _quiet(c: RawClient, seconds: float = 0.5) -> None:
+def _quiet(c: RawClient, seconds: float = 0.3) -> None:
     """Nothing arrives on ``c`` for ``seconds`` (a bounded read)."""
     assert not c.buf
     c.sock.settimeout(seconds)
@@ -594,7 +671,7 @@ def test_subscriber_that_never_reads_leaves_the_edge_serving_others(run_edge, mo
     caplog.set_level(logging.INFO, logger="bridge.edge")
     try:
         assert stuck_c.connect(4, client_id="stuck")[0] == 0x20
-        stuck_c.send_packet(Subscribe(1, [Subscription("big/#", 0)]), 4)
+        stuck_c.send_packet(Subscribe(1, [Subscription("#", 0)]), 4)  # '#' on a busy edge
         assert stuck_c.packet()[0] == 0x90
         # from here on the stuck subscriber reads nothing
         other = Client(edge.port, 4, "reader")
