@@ -55,6 +55,7 @@ __all__ = [
 ENV_PREFIX = "LAKEGATE_"
 #: Keys that name a file or directory on the local file system.
 PATH_KEYS = frozenset({"data_dir", "edge.tls_cert_file", "edge.tls_key_file", "edge.password_file",
+                       "edge.acl_file",
                        "amqp.tls_ca_file", "tap.tls_ca_file"})
 #: Bookkeeping fields of Config that are not configuration keys.
 _META = ("sources", "bases")
@@ -113,6 +114,9 @@ class EdgeConfig:
     allow_anonymous: bool = True
     #: Password file managed by ``lakegate passwd``; empty = no password check.
     password_file: str = ""
+    #: Mosquitto-format ACL file (user/topic/pattern lines), reread when it
+    #: changes; empty = no authorization (every client may publish and subscribe).
+    acl_file: str = ""
     #: "capture": PUBACK/PUBREC once the frame is durable in the capture log;
     #: "forward": once the AMQP peer accepted the forwarded message.
     ack_after: str = "capture"

@@ -22,13 +22,14 @@ from typing import Mapping
 
 from bridge.capture.layout import atomic_write
 
-__all__ = ["CONSUMER_NAME", "commit_offsets", "committed_floor", "read_commits", "remove_consumer"]
+__all__ = ["CONSUMER_NAME", "commit_offsets", "committed_floor", "hold_offsets", "read_commits",
+           "remove_consumer"]
 
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
-def _dir(root: Path) -> Path:
-    return root / "consumers"
+def _dir(root: Path, kind: str = "consumers") -> Path:
+    return root / kind
 
 
 def _check_name(name: str) -> None:
@@ -51,11 +52,29 @@ def commit_offsets(root: Path, consumer: str, offsets: Mapping[int | str, int]) 
     atomic_write(d / f"{consumer}.json", (json.dumps(body) + "\n").encode())
 
 
-def read_commits(root: Path) -> dict[str, dict[int, int]]:
-    """consumer -> {partition: committed next offset}. An unreadable file
-    counts as committed nothing (retention then keeps everything)."""
+def hold_offsets(root: Path, holder: str, offsets: Mapping[int | str, int]) -> None:
+    """Keep every record at or above ``offsets`` (partition -> offset) from
+    retention, for ``holder`` (``holds/<holder>.json``, same format as a
+    commit). Unlike a consumer, a hold never lets anything be deleted by
+    itself: with no consumer nothing is deleted at all. The edge holds the
+    records its persistent sessions still need (``bridge.edge.persist``)."""
+    _check_name(holder)
+    d = _dir(root, "holds")
+    d.mkdir(exist_ok=True)
+    body = {
+        "holder": holder,
+        "offsets": {str(int(p)): int(o) for p, o in sorted(offsets.items(), key=lambda kv: int(kv[0]))},
+        "updated_us": time.time_ns() // 1000,
+    }
+    atomic_write(d / f"{holder}.json", (json.dumps(body) + "\n").encode())
+
+
+def read_commits(root: Path, kind: str = "consumers") -> dict[str, dict[int, int]]:
+    """consumer -> {partition: committed next offset} (``kind="holds"``: the
+    holds). An unreadable file counts as committed nothing (retention then
+    keeps everything)."""
     out: dict[str, dict[int, int]] = {}
-    d = _dir(root)
+    d = _dir(root, kind)
     if not d.is_dir():
         return out
     for f in sorted(d.glob("*.json")):
@@ -69,12 +88,13 @@ def read_commits(root: Path) -> dict[str, dict[int, int]]:
 
 
 def committed_floor(root: Path, partitions: int) -> list[int]:
-    """Per partition, the minimum committed offset over all consumers; 0 when
-    there is no consumer (nothing may be deleted)."""
+    """Per partition, the minimum committed offset over all consumers and
+    holds; 0 when there is no consumer (nothing may be deleted)."""
     commits = read_commits(root)
     if not commits:
         return [0] * partitions
-    return [min(c.get(p, 0) for c in commits.values()) for p in range(partitions)]
+    every = list(commits.values()) + list(read_commits(root, "holds").values())
+    return [min(c.get(p, 0) for c in every) for p in range(partitions)]
 
 
 def remove_consumer(root: Path, consumer: str) -> bool:

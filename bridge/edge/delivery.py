@@ -74,7 +74,7 @@ class Delivery:
     matching subscriptions' identifiers, the Packet Identifier (QoS 1/2)
     and where it stands (QUEUED, SENT, RELEASED)."""
 
-    __slots__ = ("msg", "qos", "retain", "sub_ids", "pid", "state")
+    __slots__ = ("msg", "qos", "retain", "sub_ids", "pid", "state", "dup")
 
     def __init__(self, msg: Message, qos: int, retain: bool, sub_ids: tuple[int, ...],
                  pid: int | None, state: int = QUEUED) -> None:
@@ -84,6 +84,8 @@ class Delivery:
         self.sub_ids = sub_ids
         self.pid = pid
         self.state = state
+        #: may have been sent before an edge restart: goes out with DUP 1
+        self.dup = False
 
     def __repr__(self) -> str:
         return (f"Delivery({self.msg!r}, qos={self.qos}, pid={self.pid}, "
@@ -159,7 +161,8 @@ class Outbox:
             if maxp is not None and msg.frame_size(level, qos, d.sub_ids) > maxp:
                 self.too_large += 1  # [MQTT-3.1.2-25]
                 continue
-            out.append(msg.frame(level, qos, d.pid, retain=d.retain, sub_ids=d.sub_ids, now=now))
+            out.append(msg.frame(level, qos, d.pid, dup=d.dup and qos > 0, retain=d.retain,
+                                 sub_ids=d.sub_ids, now=now))
             if qos:
                 d.state = SENT
                 inflight[d.pid] = d

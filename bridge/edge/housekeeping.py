@@ -20,7 +20,9 @@ import logging
 import time
 
 from bridge.capture.errors import CaptureError
-from bridge.edge.persist import SNAPSHOT_INTERVAL_S, write_snapshot
+from bridge.capture.commits import hold_offsets
+from bridge.edge.journal import session_doc
+from bridge.edge.persist import SNAPSHOT_INTERVAL_S, hold_floor, write_snapshot
 from bridge.edge.session import WillMessage
 
 __all__ = ["SessionHousekeeping"]
@@ -112,15 +114,22 @@ class SessionHousekeeping:
         those beyond the store's bounds dropped first)."""
         self._expire_sessions()
         doc = self.store.to_json()
+        router = self.router
+        for cid, entry in doc.items():
+            entry.update(session_doc(router, self.store.sessions[cid]))
         wills = self.owed_wills()
         offsets = self.log.next_offsets()
         seq = self.log.next_seq
         state_dir = self.config.edge_state_dir
         stream = self.log.stream
+        root = self.log.root
+        hold = hold_floor(doc, offsets)
 
         def work() -> None:
             self.log.flush()
             write_snapshot(state_dir, doc, offsets, stream, wills)
+            # retention keeps what the snapshot refers to, and the replay after it
+            hold_offsets(root, "edge-sessions", dict(enumerate(hold)))
 
         await asyncio.to_thread(work)
         self._snapshot_seq = seq

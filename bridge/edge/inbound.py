@@ -74,6 +74,10 @@ class InboundFlows:
                             "Retain Available 0", packet_type=PacketType.PUBLISH,
                             protocol_level=self.level)
         qos = p.qos
+        acl = self.router.acl
+        if acl is not None and not acl().can_publish(self.username, self.client_id, topic):
+            self._acl_refused(p, frame, headers, topic, actions)
+            return
         if self.level == 5 and p.properties.payload_format_indicator == 1:
             try:
                 check_payload_format(p)  # [LG-payload-format-invalid], MQTT 5.0 3.3.2.3.2
@@ -143,6 +147,31 @@ class InboundFlows:
             self._count_inflight()  # a refused PUBLISH counts until its ack is written
         first = 0x40 if qos == 1 else 0x50
         actions.append(Capture(frame, marked, _ACK_RC.pack(first, 3, pid, err.reason_code), quota))
+
+    def _acl_refused(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
+                     topic: str, actions: list[Action]) -> None:
+        """The ACL does not let this client publish to ``topic``
+        [LG-acl-publish]: MQTT 5 refuses with 0x87 (see
+        :meth:`_refuse_publish`); 3.x has no reason code, so the PUBLISH is
+        acknowledged as usual and dropped, as Mosquitto does (a QoS 2 one
+        keeps no Packet Identifier: its PUBREL gets PUBCOMP all the same).
+        Either way the frame is captured marked and delivered to no one."""
+        err = edge_rules.edge_violation(
+            edge_rules.ACL_PUBLISH, f"not authorized to publish to a {len(topic)}-character "
+            "topic", protocol_level=self.level, packet_type=PacketType.PUBLISH)
+        if self.level == 5:
+            self._refuse_publish(p, frame, headers, err, actions)
+            return
+        marked = headers + [("reject", err.rule.encode()),
+                            ("reject_code", str(err.reason_code).encode()),
+                            ("reject_error", str(err).encode())]
+        reply = None
+        if p.qos:
+            self._count_inflight()
+            reply = _ACK_PACK(0x40 if p.qos == 1 else 0x50, 2, p.packet_id)
+        actions.append(Capture(frame, marked, reply, 1 if p.qos else 0))
+        actions.append(Notice(f"PUBLISH packet id {p.packet_id} to a {len(topic)}-character "
+                              f"topic not authorized [{err.rule}]: acknowledged and dropped"))
 
     def _count_inflight(self) -> None:
         if self._inflight >= self._receive_maximum and self.level == 5:

@@ -49,11 +49,14 @@ from pathlib import Path
 
 from bridge.capture.errors import OffsetOutOfRangeError
 from bridge.edge.actions import WillMessage, will_publish
+from bridge.edge.journal import Replayer, hold_floor, restore
+from bridge.edge.router import Router
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry, SessionStore
 from bridge.mqtt import Connect, Disconnect, MqttError, Publish
 from bridge.mqtt.codec import decode_packet
 
-__all__ = ["SNAPSHOT_INTERVAL_S", "Snapshot", "load_snapshot", "recover", "replay", "write_snapshot"]
+__all__ = ["SNAPSHOT_INTERVAL_S", "Snapshot", "hold_floor", "load_snapshot", "recover", "replay",
+           "write_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +71,10 @@ class Snapshot:
     offset) below which every record is reflected in them."""
 
     def __init__(self, store: SessionStore, offsets: list[int] | None, stream: str = "",
-                 wills: dict[str, WillMessage] | None = None) -> None:
+                 wills: dict[str, WillMessage] | None = None, docs: dict | None = None) -> None:
         self.store = store
+        #: the raw session entries (their subscriptions and outboxes, bridge.edge.journal)
+        self.docs = docs or {}
         self.offsets = offsets
         self.stream = stream
         #: Wills owed at the snapshot, by Client Identifier.
@@ -94,7 +99,7 @@ def load_snapshot(state_dir: str | os.PathLike[str]) -> Snapshot:
             raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
         wills = {cid: WillMessage.from_json(w) for cid, w in doc.get("wills", {}).items()}
         return Snapshot(SessionStore.from_json(doc["sessions"]), [int(o) for o in doc["offsets"]],
-                        doc.get("stream", ""), wills)
+                        doc.get("stream", ""), wills, doc["sessions"])
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"edge session snapshot {path} cannot be read ({exc}); move it away to "
                          "recover the sessions from the whole capture log") from None
@@ -134,18 +139,21 @@ def _headers(record) -> dict[str, bytes]:
 
 
 def replay(reader, store: SessionStore, start: list[int], end: list[int],
-           now_wall: float | None = None, wills: dict[str, WillMessage] | None = None) -> int:
+           now_wall: float | None = None, wills: dict[str, WillMessage] | None = None,
+           router: Router | None = None, clock_offset: float = 0.0) -> int:
     """Apply the capture records in ``[start, end)`` (per partition, in
     capture-sequence order across partitions) to ``store`` and, when given,
-    to the owed ``wills`` (see the module docstring); returns how many
-    records were read. Sessions still connected when the log ends are closed
-    (the connection died with the edge): clean ones are dropped; their Wills
-    stay owed."""
+    to the owed ``wills`` and to the subscriptions and outboxes of
+    ``router`` (see :mod:`bridge.edge.journal`); returns how many records
+    were read. Sessions still connected when the log ends are closed (the
+    connection died with the edge): clean ones are dropped; their Wills stay
+    owed."""
     now_wall = time.time() if now_wall is None else now_wall
     live: dict[str, ClientSession] = {cid: s for cid, s in store.sessions.items()
                                       if s.disconnected_at is None}
     for s in live.values():
         s.connected = True
+    subs = Replayer(router, live, clock_offset) if router is not None else None
     earliest = reader.earliest_offsets()
     streams = []
     for p in range(reader.partitions):
@@ -157,15 +165,16 @@ def replay(reader, store: SessionStore, start: list[int], end: list[int],
         if lo < end[p]:
             streams.append(((r.seq, r) for r in reader.records(p, lo, end[p])))
     count = 0
+    wanted = _SUBSCRIBER_TYPES if subs is not None else _TYPES
     for _seq, r in heapq.merge(*streams, key=lambda t: t[0]):
         count += 1
         v = r.value
         if not v:
             continue
         ptype = v[0] >> 4
-        if ptype not in (1, 3, 6, 14):
+        if ptype not in wanted:
             continue
-        if ptype == 3 and (v[0] >> 1) & 3 != 2:
+        if ptype == 3 and (v[0] >> 1) & 3 != 2 and subs is None:
             # QoS 0/1 PUBLISH: only a captured Will matters, and only when one is owed
             if wills and r.key.decode("utf-8", "replace") in wills:
                 h = _headers(r)
@@ -180,18 +189,37 @@ def replay(reader, store: SessionStore, start: list[int], end: list[int],
         if origin == b"will":
             if wills is not None:
                 wills.pop(cid, None)
+            if subs is not None:
+                subs.record(r, ptype, h, cid)
             continue
         if origin != b"client":
             continue
         try:
-            _apply(store, live, cid, v, ptype, h, r, now_wall, wills)
+            if subs is not None and ptype != 1:
+                subs.record(r, ptype, h, cid)
+            if ptype == 3 and (v[0] >> 1) & 3 != 2 or ptype in (4, 5, 7, 8, 10):
+                continue
+            _apply(store, live, cid, v, ptype, h, r, now_wall, wills, subs)
         except (MqttError, ValueError) as exc:  # not expected: the edge captured it as valid
             log.warning("edge session recovery: partition %d offset %d: %s", r.partition,
                         r.offset, exc)
     for s in live.values():
         store.close(s, now_wall)
-    store.expire(now_wall)
+        if router is not None and not s.persistent:
+            router.drop(s.client_id)
+    for cid in store.expire(now_wall):
+        if router is not None:
+            router.drop(cid)
+    if router is not None:
+        for cid in [c for c in router.sessions if c not in store.sessions]:
+            router.drop(cid)  # clean sessions that ended during the replay
+        subs.finish()
     return count
+
+
+_TYPES = frozenset((1, 3, 6, 14))
+#: with subscriber state: PUBACK, PUBREC, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE too
+_SUBSCRIBER_TYPES = frozenset((1, 3, 4, 5, 6, 7, 8, 10, 14))
 
 
 #: Capture headers of a CONNECT that its Will's record repeats (then origin ``will``).
@@ -199,7 +227,8 @@ _WILL_HEADERS = ("conn_id", "proto", "remote", "username")
 
 
 def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: dict, r,
-           now_wall: float, wills: dict[str, WillMessage] | None = None) -> None:
+           now_wall: float, wills: dict[str, WillMessage] | None = None,
+           subs: Replayer | None = None) -> None:
     if ptype == 1:
         p, _ = decode_packet(v, None)
         if not isinstance(p, Connect):
@@ -208,9 +237,11 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
             expiry = p.properties.session_expiry_interval or 0
         else:
             expiry = 0 if p.clean_start else NEVER_EXPIRES
-        s, _present = store.open(cid, p.clean_start, expiry, r.timestamp_us / 1e6,
-                                 p.protocol_level)
+        s, present = store.open(cid, p.clean_start, expiry, r.timestamp_us / 1e6,
+                                p.protocol_level)
         live[cid] = s
+        if subs is not None:
+            subs.connect(s, present)
         if wills is not None:
             wills.pop(cid, None)  # a new connection ends the previous one's Will [MQTT-3.1.3-9]
             if p.will is not None:
@@ -249,12 +280,17 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
             store.set_expiry(s, p.properties.session_expiry_interval)
         store.close(s, r.timestamp_us / 1e6)
         del live[cid]
+        if subs is not None and not s.persistent:
+            subs.router.drop(cid)
 
 
-def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: str
+def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: str,
+            router: Router | None = None, clock_offset: float = 0.0
             ) -> tuple[SessionStore, dict[str, WillMessage], int]:
     """The persistent sessions and the owed Wills after a (re)start: the
-    snapshot plus the capture log from its offsets to ``end``. Returns
+    snapshot plus the capture log from its offsets to ``end``; with
+    ``router``, their subscriptions and outboxes too (``clock_offset``: wall
+    clock minus the server's clock, for message arrival times). Returns
     (store, owed Wills by Client Identifier, records replayed)."""
     snap = load_snapshot(state_dir)
     start = snap.offsets
@@ -265,8 +301,11 @@ def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: s
             snap = Snapshot(SessionStore(), None)
         start = [0] * len(end)
     start = [min(s, e) for s, e in zip(start, end)]
+    if router is not None and snap.docs:
+        restore(snap.store, router, snap.docs, reader, clock_offset)
     try:
-        n = replay(reader, snap.store, start, end, wills=snap.wills)
+        n = replay(reader, snap.store, start, end, wills=snap.wills, router=router,
+                   clock_offset=clock_offset)
     except OffsetOutOfRangeError as exc:
         log.warning("edge session recovery stopped early: %s", exc)
         n = 0

@@ -25,6 +25,8 @@ __all__ = [
     "BUFFER_BUDGET",
     "KEEP_ALIVE_TIMEOUT",
     "ACK_MISMATCH",
+    "ACL_PUBLISH",
+    "ACL_SUBSCRIBE",
     "QOS2_QUOTA",
     "SUBSCRIPTION_QUOTA",
     "SESSION_TAKEN_OVER",
@@ -44,6 +46,8 @@ AUTH_BUSY = "LG-edge-auth-busy"
 FRAME_TIMEOUT = "LG-edge-frame-timeout"
 BUFFER_BUDGET = "LG-edge-buffer-budget"
 ACK_MISMATCH = "LG-edge-ack-mismatch"
+ACL_PUBLISH = "LG-acl-publish"
+ACL_SUBSCRIBE = "LG-acl-subscribe"
 SUBSCRIPTION_QUOTA = "LG-edge-subscription-quota"
 
 EDGE_RULES: dict[str, Rule] = {
@@ -102,6 +106,19 @@ EDGE_RULES: dict[str, Rule] = {
         note="MQTT 5.0 sections 4.3.2 and 4.3.3 define the flows; a packet outside them is a "
         "Protocol Error (DISCONNECT 0x82; 3.x: closed), as the Mosquitto vectors of FLOW.json "
         "expect",
+    ),
+    ACL_PUBLISH: Rule(
+        "The ACL file (edge.acl_file) does not let the client publish to the topic", 0x87, _P,
+        enforced="session",
+        note="MQTT 5: PUBACK/PUBREC 0x87 Not authorized; 3.x has no reason codes: acknowledged "
+        "as usual and dropped, as Mosquitto does. The frame is captured marked, so the job "
+        "quarantines it and forwards nothing; the connection stays open",
+    ),
+    ACL_SUBSCRIBE: Rule(
+        "The ACL file (edge.acl_file) gives the client no read access that overlaps the Topic "
+        "Filter, or a deny entry covers it", 0x87, _P, enforced="session",
+        note="SUBACK 0x87 Not authorized (3.x 0x80 Failure) for that filter; the others are "
+        "handled. Delivery is checked again per message with the read access",
     ),
     SUBSCRIPTION_QUOTA: Rule(
         "A SUBSCRIBE would give the client more than edge.max_subscriptions_per_client "

@@ -74,6 +74,7 @@ from bridge.capture.errors import CaptureError
 from bridge.config import Config, ConfigError
 from bridge.edge import rules as edge_rules
 from bridge.edge.acks import DurableAcks, ForwardWaiter
+from bridge.edge.acl import AclFileError, AclWatcher
 from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
 from bridge.edge.connection import Connection, remote_address
@@ -170,6 +171,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         self.stopped = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        if edge.acl_file:
+            try:
+                watcher = await asyncio.to_thread(AclWatcher, edge.acl_file)
+            except (OSError, AclFileError) as exc:
+                raise ConfigError("edge.acl_file", self.config.sources.get("edge.acl_file",
+                                                                           "default"),
+                                  str(exc)) from None
+            self.router.acl = lambda: watcher.current(time.monotonic())
+            log.info("edge ACL: %s (%d entries)", edge.acl_file, len(watcher.current(
+                time.monotonic())))
         if edge.password_file:
             self.passwords = await asyncio.to_thread(PasswordFile, edge.password_file)
             self.auth = AuthQueue(edge.auth_workers, edge.auth_max_pending,
@@ -180,13 +191,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         t0 = time.monotonic()
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
-            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream)
+            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream,
+            self.router, time.time() - self.loop.time())
         self._configure_store()
         self._expire_sessions()
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "
-                 "%d Wills owed, %d capture records replayed in %.2f s", len(self.store),
-                 sum(len(s.qos2) for s in self.store.sessions.values()), len(owed_wills), replayed,
-                 time.monotonic() - t0)
+                 "%d subscriptions, %d queued or unacknowledged deliveries, %d Wills owed, "
+                 "%d capture records replayed in %.2f s", len(self.store),
+                 sum(len(s.qos2) for s in self.store.sessions.values()), len(self.router.tree),
+                 sum(len(s.outbox) for s in self.store.sessions.values() if s.outbox is not None),
+                 len(owed_wills), replayed, time.monotonic() - t0)
         # Wills the last run owed when it died: as for connections lost just now
         for w in owed_wills.values():
             log.info("%s client=%s: will owed from before the restart (%d bytes), captured %s",

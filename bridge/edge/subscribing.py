@@ -73,7 +73,8 @@ class SubscriberFlows:
             inner = tf.split("/", 2)[2] if tf.startswith("$share/") else tf
             if acl is not None and not acl.can_subscribe(self.username, cid, inner):
                 codes.append(0x87 if level == 5 else 0x80)
-                refused.append(f"{len(tf)}-character filter: not authorized [LG-acl-subscribe]")
+                refused.append(f"{len(tf)}-character filter: not authorized "
+                               f"[{edge_rules.ACL_SUBSCRIBE}]")
                 continue
             if router.count(cid) >= limit and not any(
                     x.topic_filter == tf for x in router.tree.subscriptions(cid)):

@@ -25,7 +25,7 @@ Matching (MQTT 5.0 section 4.7, the same as :func:`bridge.topic_filter.matches`)
 Subscriptions are identified by (Client Identifier, Topic Filter as
 subscribed): a second :meth:`~SubscriptionTree.add` with the same pair
 replaces the first and keeps its place [MQTT-3.8.4-3]. A Topic Filter
-``$share/{ShareName}/{filter}`` is a Shared Subscription [MQTT-4.8.2]: its
+``$share/{ShareName}/{filter}`` is a Shared Subscription (MQTT 5.0 section 4.8.2): its
 members sit in one :class:`SharedGroup` per (ShareName, filter) at the
 filter's node, ``$share/g/a/+`` and ``$share/h/a/+`` being two groups; a
 client is in a group once; a group without members is removed. Whether a
@@ -43,8 +43,9 @@ Client Identifiers and filters: 10,000 clients x 10 subscriptions each
 filter of its own (``site/{area}/{client}/{i}/+``, the trie's worst case)
 and 20 MB when the clients share 10 filters. To get there a node keeps a
 single child or a single subscription without a dict. Removing every client
-leaves under 1 kB. ``match`` runs at about 500,000 calls/s for a topic with
-one match whether the tree holds 0 or 100,000 other subscriptions.
+returns the memory (a few kB of CPython's free lists stay). ``match`` runs at
+about 500,000 calls/s for a topic with one match whether the tree holds 0 or
+100,000 other subscriptions (100,000 calls/s with 100 matches).
 
 The tree is not thread-safe: the edge's event loop owns it.
 """

@@ -18,9 +18,33 @@ mosquitto-vectors/README.md`` explains the format):
    Mosquitto does for most such vectors but not all. False: the edge must
    still answer a PINGREQ with PINGRESP.
 
-Vectors run concurrently (at most one at a time per client id: the edge
-would take a session over). ``run_vectors`` returns one :class:`Outcome`
-per vector.
+A ``publish`` step (FLOW.json) is a second client: it connects with its own
+CONNECT (the vector's level, client id = the vector's name + " helper"),
+publishes ``topic``/``qos``/``payload`` and completes the QoS 1 or 2 flow
+(PUBACK, or PUBREC/PUBREL/PUBCOMP, each with a success reason) before the
+vector's next step; then it disconnects.
+
+Vectors run in four batches, so that no subscriber gets a message another
+vector published (vectors publish to ``p`` and ``topic`` all the time):
+
+1. vectors that send no SUBSCRIBE, concurrently;
+2. vectors that subscribe but publish nothing (no PUBLISH sent, no
+   ``publish`` step), concurrently;
+3. vectors that subscribe and publish (FLOW.json, PUBLISH.json ``maximum
+   packet size``), one at a time;
+4. REGRESSION.json and ZZ-broker-check.json, one at a time in file order:
+   their tests build on the state the previous ones left, and the last one
+   checks that the server is still up after everything else.
+
+Between batches a barrier client publishes one QoS 1 message to a topic no
+vector uses and waits for its PUBACK: the edge acknowledges a message once it
+is durable, in order, so every message of the earlier batch has then been
+matched against the subscriptions of its time, and a later subscriber cannot
+get it.
+
+Within a concurrent batch at most one vector runs at a time per client id
+(the edge would take a session over). ``run_vectors`` returns one
+:class:`Outcome` per vector, in the order given.
 """
 
 from __future__ import annotations
@@ -30,16 +54,29 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.mqtt import Connack, Connect, encode
+from bridge.mqtt import Connack, Connect, Disconnect, PubRel, Publish, encode
 from bridge.mqtt.codec import decode_packet
 
-__all__ = ["FILES", "VECTORS", "Outcome", "Vector", "listed_differences", "load_vectors",
-           "run_vectors"]
+__all__ = ["FILES", "SEQUENTIAL_FILES", "VECTORS", "HelperPublish", "Outcome", "Vector",
+           "listed_differences", "load_vectors", "run_vectors"]
 
 VECTORS = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "mosquitto-vectors"
-FILES = ["CONNECT", "DISCONNECT", "PINGREQ", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
-         "AUTH", "FORBIDDEN"]
+#: Every vector file of the directory (test_conformance checks none is missing).
+FILES = ["CONNECT", "CONNACK", "DISCONNECT", "PINGREQ", "PINGRESP", "PUBLISH", "PUBACK", "PUBREC",
+         "PUBREL", "PUBCOMP", "SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "AUTH", "FORBIDDEN",
+         "FLOW", "REGRESSION", "ZZ-broker-check"]
+#: Files whose tests run one at a time, in file order, after all others.
+SEQUENTIAL_FILES = ("REGRESSION.json", "ZZ-broker-check.json")
 STEP_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class HelperPublish:
+    """A ``publish`` step: a second client publishes this message."""
+
+    topic: str
+    qos: int
+    payload: bytes
 
 
 @dataclass(frozen=True)
@@ -75,14 +112,19 @@ def _group_level(group: str) -> int:
     return 4
 
 
+def _step(m: dict) -> tuple[str, bytes | HelperPublish]:
+    if m["type"] == "publish":
+        return ("publish", HelperPublish(m["topic"], int(m["qos"]), m["payload"].encode()))
+    return (m["type"], bytes.fromhex("".join(m.get("payload", "").split())))
+
+
 def load_vectors(files=FILES) -> list[Vector]:
     out = []
     for stem in files:
         for group in json.loads((VECTORS / f"{stem}.json").read_text()):
             gname = " ".join(group["group"].split())
             for t in group["tests"]:
-                msgs = tuple((m["type"], bytes.fromhex("".join(m.get("payload", "").split())))
-                             for m in t["msgs"])
+                msgs = tuple(_step(m) for m in t["msgs"])
                 out.append(Vector(f"{stem}.json", gname, t["name"],
                                   t.get("ver", _group_level(gname)), t.get("connect", True),
                                   t.get("expect_disconnect", True), msgs))
@@ -172,6 +214,11 @@ async def _run_one(host: str, port: int, v: Vector) -> Outcome:
             if connack[:1] != b"\x20" or len(connack) < 4 or connack[3] != 0:
                 return Outcome(v, False, f"default CONNECT refused: {connack.hex()}")
         for i, (kind, payload) in enumerate(v.msgs):
+            if kind == "publish":
+                problem = await _helper_publish(host, port, v, payload)
+                if problem:
+                    return Outcome(v, False, f"step {i}: helper publish: {problem}")
+                continue
             if kind == "send":
                 writer.write(payload)
                 await writer.drain()
@@ -213,6 +260,59 @@ async def _run_one(host: str, port: int, v: Vector) -> Outcome:
             pass
 
 
+async def _helper_publish(host: str, port: int, v: Vector, msg: HelperPublish) -> str:
+    """Publish ``msg`` from a second client and complete its flow; '' when
+    done, otherwise what went wrong."""
+    level = v.ver
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError as exc:
+        return f"cannot connect: {exc}"
+
+    async def expect(kind: int, what: str) -> str:
+        try:
+            pkt = await asyncio.wait_for(_read_packet(reader), STEP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return f"no {what} in {STEP_TIMEOUT_S:g} s"
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pkt = b""
+        if pkt[:1] != bytes((kind,)) or pkt[2:4] != b"\x00\x01" or (
+                len(pkt) > 4 and pkt[4] >= 0x80):
+            return f"expected a successful {what} for packet id 1, got {pkt.hex() or 'a close'}"
+        return ""
+
+    try:
+        writer.write(encode(Connect.for_level(level, client_id=f"{v.name} helper",
+                                              keepalive=60), level))
+        connack = await asyncio.wait_for(_read_packet(reader), STEP_TIMEOUT_S)
+        if connack[:1] != b"\x20" or len(connack) < 4 or connack[3] != 0:
+            return f"CONNECT refused: {connack.hex()}"
+        writer.write(encode(Publish(qos=msg.qos, topic=msg.topic,
+                                    packet_id=1 if msg.qos else None, payload=msg.payload),
+                            level))
+        await writer.drain()
+        if msg.qos == 1:
+            problem = await expect(0x40, "PUBACK")
+        elif msg.qos == 2:
+            problem = await expect(0x50, "PUBREC")
+            if not problem:
+                writer.write(encode(PubRel(packet_id=1), level))
+                problem = await expect(0x70, "PUBCOMP")
+        else:
+            problem = ""
+        writer.write(encode(Disconnect(), level))
+        await writer.drain()
+        return problem
+    except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+        return f"connection error: {type(exc).__name__}"
+    finally:
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
 def _client_id(v: Vector) -> str:
     """The client id the vector connects with (its own CONNECT's, when it
     sends one; "" when that does not decode: those run one at a time)."""
@@ -236,6 +336,22 @@ def _connect_level(frame: bytes, default: int) -> int:
     return p.protocol_level if isinstance(p, Connect) else default
 
 
+BARRIER = Vector("", "", "conformance barrier", 4, True, False, ())
+BARRIER_MESSAGE = HelperPublish("conformance/barrier", 1, b"")
+
+
+def _batch(v: Vector) -> int:
+    """The batch (1-4, see the module docstring) ``v`` runs in."""
+    if v.file in SEQUENTIAL_FILES:
+        return 4
+    sends = [p for kind, p in v.msgs if kind == "send"]
+    if not any(p[:1] == b"\x82" for p in sends):
+        return 1
+    publishes = any(kind == "publish" for kind, _ in v.msgs) or any(
+        p[:1] and p[0] >> 4 == 3 for p in sends)
+    return 3 if publishes else 2
+
+
 async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: int = 64
                       ) -> list[Outcome]:
     """Replay ``vectors`` against the server at host:port."""
@@ -247,4 +363,16 @@ async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: 
         async with lock, gate:
             return await _run_one(host, port, v)
 
-    return list(await asyncio.gather(*(one(v) for v in vectors)))
+    done: dict[int, Outcome] = {}
+    for batch in (1, 2, 3, 4):
+        if batch > 1:
+            problem = await _helper_publish(host, port, BARRIER, BARRIER_MESSAGE)
+            if problem:
+                raise RuntimeError(f"barrier before batch {batch}: {problem}")
+        todo = [(i, v) for i, v in enumerate(vectors) if _batch(v) == batch]
+        if batch in (1, 2):
+            results = await asyncio.gather(*(one(v) for _, v in todo))
+        else:
+            results = [await _run_one(host, port, v) for _, v in todo]
+        done.update((i, o) for (i, _), o in zip(todo, results))
+    return [done[i] for i in range(len(vectors))]

@@ -1,0 +1,256 @@
+"""Subscriber state across edge restarts: subscriptions and outboxes of
+persistent sessions, from the session snapshot plus the capture log.
+
+The capture log is the journal of this state, as it is of the QoS 2 state
+(:mod:`bridge.edge.persist`): every SUBSCRIBE is captured with the codes its
+SUBACK granted (``granted``), every UNSUBSCRIBE, every accepted PUBLISH and
+Will (the messages), and every PUBACK / PUBREC / PUBCOMP of a subscriber with
+``ack_ref``, the capture coordinates of the message it acknowledges. The
+snapshot stores, per persistent session, its subscriptions and its outbox as
+**positions in the capture log** (partition, offset of each message), never
+copies of messages. On start:
+
+1. :func:`restore` rebuilds the subscriptions and the outboxes of the
+   snapshot, reading each referenced message back from the log;
+2. :class:`Replayer` applies the records after the snapshot, in capture
+   order: subscriptions change, messages are routed to the sessions as they
+   were live (Packet Identifiers are numbered per session in push order, so
+   each delivery gets back the number it had, see
+   :mod:`bridge.edge.delivery`), acknowledgements end or advance the
+   deliveries they name;
+3. :meth:`Replayer.finish`: QoS 0 deliveries are dropped (they are not kept
+   for disconnected sessions); a QoS 1/2 delivery pushed while its session
+   was connected may have been sent before the edge died, so it goes out
+   again with DUP 1 (MQTT 5.0 section 4.4: "re-send any unacknowledged
+   PUBLISH packets ... with the DUP flag set to 1").
+
+**Retention** must not delete a record an unexpired session still needs:
+:func:`hold_floor` gives, per partition, the lowest offset the snapshot's
+sessions refer to, and the server records it as a hold on the capture log
+(``bridge.capture.commits.hold_offsets``) with each snapshot.
+
+Limits (stated in the README): a Shared Subscription's choice of member
+and the ACL at delivery are not journaled; the replay makes them again, so
+after a crash a shared message may go to another member of its group, and
+a Packet Identifier of the member may then differ from the one it had.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from bridge.edge.delivery import QUEUED, RELEASED, SENT, Delivery
+from bridge.edge.message import Message
+from bridge.edge.router import Router
+from bridge.edge.topics import Sub
+from bridge.mqtt import Subscribe, Unsubscribe
+from bridge.mqtt.codec import decode_packet
+
+if TYPE_CHECKING:
+    from bridge.edge.state import ClientSession, SessionStore
+
+__all__ = ["Replayer", "hold_floor", "restore", "session_doc"]
+
+log = logging.getLogger(__name__)
+
+
+def _sub_row(s: Sub) -> list:
+    return [s.topic_filter, s.qos, int(s.no_local), int(s.retain_as_published),
+            s.retain_handling, s.sub_id]
+
+
+def session_doc(router: Router, client: ClientSession) -> dict:
+    """What the snapshot adds to a persistent session's entry: its
+    subscriptions and its outbox (as capture positions)."""
+    doc: dict = {"subs": [_sub_row(s) for s in router.tree.subscriptions(client.client_id)]}
+    box = client.outbox
+    if box is not None and len(box):
+        rows = []
+        for d in list(box.inflight.values()) + list(box.queue):
+            ref = d.msg.ref
+            if ref is None or (d.qos == 0):
+                continue
+            rows.append([ref[0], ref[1], d.qos, int(d.retain), list(d.sub_ids), d.pid, d.state,
+                         int(d.dup)])
+        doc["outbox"] = {"k": box.next_k, "d": rows}
+    return doc
+
+
+def hold_floor(docs: dict, offsets: list[int]) -> list[int]:
+    """Per partition, the lowest offset the snapshot ``docs`` (sessions)
+    refer to, at most the snapshot's ``offsets``."""
+    floor = list(offsets)
+    for doc in docs.values():
+        for row in doc.get("outbox", {}).get("d", ()):
+            p, o = row[0], row[1]
+            if p < len(floor) and o < floor[p]:
+                floor[p] = o
+    return floor
+
+
+def _message_at(reader, cache: dict, p: int, o: int, clock_offset: float) -> Message | None:
+    key = (p, o)
+    if key in cache:
+        return cache[key]
+    msg = None
+    try:
+        for r in reader.records(p, o, o + 1):
+            msg = message_of_record(r, clock_offset)
+    except Exception as exc:  # deleted by retention, or unreadable: the delivery is lost
+        log.warning("edge session recovery: message at partition %d offset %d cannot be read "
+                    "(%s); its deliveries are dropped", p, o, exc)
+    cache[key] = msg
+    return msg
+
+
+def _headers(record) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for k, v in record.stored_headers:
+        out.setdefault(k, v)
+    return out
+
+
+def message_of_record(r, clock_offset: float = 0.0, h: dict | None = None) -> Message | None:
+    """The :class:`Message` of a captured PUBLISH record (None: not an
+    accepted PUBLISH). ``clock_offset``: wall clock minus the server's clock,
+    so that the arrival time is in the server's clock."""
+    v = r.value
+    if not v or v[0] >> 4 != 3:
+        return None
+    h = _headers(r) if h is None else h
+    if "reject" in h:
+        return None
+    level = int(h.get("proto", b"4"))
+    alias = h.get("alias_topic")
+    return Message.from_frame(v, level, topic=alias.decode() if alias else None,
+                              origin=r.key.decode("utf-8", "replace"),
+                              received=r.timestamp_us / 1e6 - clock_offset,
+                              ref=(r.partition, r.offset), ready=True)
+
+
+def restore(store: SessionStore, router: Router, docs: dict, reader,
+            clock_offset: float = 0.0) -> int:
+    """Rebuild subscriptions and outboxes of the snapshot's sessions
+    (``docs``: the snapshot's raw session entries); returns the number of
+    deliveries restored."""
+    cache: dict = {}
+    n = 0
+    for cid, doc in docs.items():
+        s = store.sessions.get(cid)
+        if s is None:
+            continue
+        for tf, qos, nl, rap, rh, sid in doc.get("subs", ()):
+            router.subscribe(s, Sub(cid, tf, qos, bool(nl), bool(rap), rh, sid))
+        ob = doc.get("outbox")
+        if not ob:
+            continue
+        box = router.outbox(s)
+        box.next_k = int(ob["k"])
+        for p, o, qos, retain, ids, pid, state, dup in ob["d"]:
+            msg = _message_at(reader, cache, p, o, clock_offset)
+            if msg is None:
+                continue
+            d = Delivery(msg, qos, bool(retain), tuple(ids), pid, state)
+            if state in (SENT, RELEASED):
+                box.inflight[pid] = d
+            else:
+                d.dup = bool(dup)
+                box.queue.append(d)
+                box.queued_bytes += msg.size
+            n += 1
+    return n
+
+
+class Replayer:
+    """Applies the subscriber side of capture records after the snapshot
+    (see the module docstring). ``live``: Client Identifier -> session for
+    the sessions connected at that point of the log (kept by the caller)."""
+
+    def __init__(self, router: Router, live: dict, clock_offset: float = 0.0) -> None:
+        self.router = router
+        self.live = live
+        self.clock_offset = clock_offset
+        #: client ids whose connection was seen during the replay
+        self.connected_seen: set[str] = set()
+
+    def connect(self, client: ClientSession, present: bool) -> None:
+        if not present:
+            self.router.drop(client.client_id)
+        self.router.attach(client)
+        self.connected_seen.add(client.client_id)
+
+    def record(self, r, ptype: int, h: dict, cid: str) -> None:
+        """One capture record (not rejected) from client ``cid``."""
+        if ptype == 3:
+            if h.get("dup") == b"1":
+                return
+            msg = message_of_record(r, self.clock_offset, h)
+            if msg is not None and self.router.sessions:
+                self.router.route(msg, lambda c: c in self.live)
+            return
+        s = self.live.get(cid)
+        if s is None:
+            return
+        level = int(h.get("proto", b"4"))
+        if ptype == 8:
+            p, _ = decode_packet(r.value, level)
+            codes = bytes.fromhex(h.get("granted", b"").decode() or "")
+            if isinstance(p, Subscribe):
+                sid = (p.properties.subscription_identifiers or [None])[0]
+                for sub, code in zip(p.subscriptions, codes):
+                    if code < 0x80:
+                        self.router.subscribe(s, Sub(cid, sub.topic_filter, code, sub.no_local,
+                                                     sub.retain_as_published,
+                                                     sub.retain_handling, sid))
+        elif ptype == 10:
+            p, _ = decode_packet(r.value, level)
+            if isinstance(p, Unsubscribe):
+                for tf in p.topic_filters:
+                    self.router.unsubscribe(cid, tf)
+        elif ptype in (4, 5, 7):
+            ref = h.get("ack_ref")
+            box = s.outbox
+            if ref is None or box is None:
+                return
+            p_, o_ = (int(x) for x in ref.decode().split(":"))
+            self._ack(box, ptype, r.value, (p_, o_))
+
+    @staticmethod
+    def _ack(box, ptype: int, v: bytes, ref: tuple[int, int]) -> None:
+        pid = (v[2] << 8) | v[3] if len(v) >= 4 else None
+        rc = v[4] if len(v) >= 5 else 0
+        for pool in (box.inflight, None):
+            if pool is not None:
+                d = pool.get(pid)
+                if d is not None and d.msg.ref == ref:
+                    if ptype == 5 and rc < 0x80:
+                        d.state = RELEASED
+                    else:
+                        del pool[pid]
+                    return
+        for d in box.queue:
+            if d.msg.ref == ref and d.pid == pid:
+                box.queue.remove(d)
+                box.queued_bytes -= d.msg.size
+                if ptype == 5 and rc < 0x80:
+                    d.state = RELEASED
+                    box.inflight[pid] = d
+                return
+
+    def finish(self) -> None:
+        """End of the log: drop QoS 0 deliveries; QoS 1/2 ones of sessions
+        seen connected may have been sent: DUP 1 when they go out."""
+        for cid, s in self.router.sessions.items():
+            box = s.outbox
+            if box is None:
+                continue
+            keep = [d for d in box.queue if d.qos]
+            if len(keep) != len(box.queue):
+                box.queue.clear()
+                box.queue.extend(keep)
+                box.queued_bytes = sum(d.msg.size for d in keep)
+            if cid in self.connected_seen:
+                for d in keep:
+                    if d.state == QUEUED:
+                        d.dup = True
