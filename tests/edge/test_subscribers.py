@@ -26,9 +26,13 @@ arrived, anything published before it that was due has arrived too.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from typing import NamedTuple
@@ -39,7 +43,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from bridge.mqtt import Properties, Publish, Subscribe, Subscription
+from bridge.mqtt import Properties, Publish, Subscribe, Subscription, encode
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.strings import encode_string
 from bridge.mqtt.varint import encode_varint
@@ -47,6 +51,7 @@ from bridge.mqtt.rules import RULES
 from tests.edge.conftest import RawClient, wait_for, wait_records
 from tests.edge.util import headers_of, read_log
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROTOCOLS = {3: mqtt.MQTTv31, 4: mqtt.MQTTv311, 5: mqtt.MQTTv5}
 LEVELS = [3, 4, 5]
 DEADLINE = 10.0
@@ -358,13 +363,15 @@ def test_message_expiry_for_offline_persistent_session_MQTT_3_3_2_5_and_6(edge, 
 
 
 # ---------------------------------------------------------------- order
-def _take_publishes(c: RawClient, level: int, n: int) -> list[Publish]:
-    """Read ``n`` PUBLISH packets on a raw subscriber, acknowledging each as
-    it arrives (PUBACK; PUBREC, then PUBCOMP for the PUBREL), in wire order."""
+def _take_publishes(c: RawClient, level: int, n: int | None = None,
+                    last: bytes | None = None) -> list[Publish]:
+    """Read ``n`` PUBLISH packets (or up to the one with payload ``last``) on
+    a raw subscriber, acknowledging each as it arrives (PUBACK; PUBREC, then
+    PUBCOMP for the PUBREL), in wire order."""
     out: list[Publish] = []
     deadline = time.monotonic() + DEADLINE
-    while len(out) < n:
-        assert time.monotonic() < deadline, f"{len(out)} of {n} PUBLISH packets"
+    while len(out) < n if n is not None else not out or out[-1].payload != last:
+        assert time.monotonic() < deadline, f"{len(out)} of {n or last} PUBLISH packets"
         pkt = c.packet()
         assert pkt, f"connection closed after {len(out)} of {n} PUBLISH packets"
         kind = pkt[0] >> 4
@@ -446,6 +453,190 @@ def test_unacknowledged_resent_with_dup_and_same_ids_on_reconnect_MQTT_4_4_0_1(
     assert len(acks) == 6  # PUBREC, PUBACK, PUBREC, PUBCOMP, PUBACK, PUBCOMP with ack_ref
 
 
+# ---------------------------------------------------------------- restarts
+@pytest.mark.parametrize("level", [4, 5])
+def test_offline_persistent_session_gets_its_queue_after_a_graceful_restart(run_edge, level):
+    """3.1.1 Clean Session 0 / MQTT 5 Session Expiry: subscriptions (with
+    their identifier) and what queued while offline survive a stop and start
+    of the edge; a session whose expiry passed meanwhile does not."""
+    edge = run_edge()
+    sub = Client(edge.port, level, f"gr-{level}", clean=False, expiry=300)
+    short = Client(edge.port, 5, f"gr-short-{level}", clean=True, expiry=1)
+    pub = Client(edge.port, 5, f"gr-pub-{level}")
+    try:
+        if level == 5:
+            assert sub.subscribe(("gr/#", 2), sub_id=5) == [2]
+        else:
+            assert sub.subscribe(("gr/#", 2)) == [2]
+        assert short.subscribe(("gr/#", 1)) == [1]
+        pub.publish_all([("gr/live", b"live", 1)])
+        assert _payloads(sub.wait_count(1)) == [b"live"]
+        sub.close()
+        short.close()
+        gone = time.monotonic()
+        items = [(f"gr/{i}", str(i).encode(), i % 3) for i in range(1, 13)]
+        pub.publish_all(items)
+    finally:
+        pub.close()
+    edge.stop()
+    edge = run_edge()
+    time.sleep(max(0.0, 1.3 - (time.monotonic() - gone)))  # past the short session's expiry
+    back = Client(edge.port, level, f"gr-{level}", clean=False, expiry=300)
+    late = Client(edge.port, 5, f"gr-short-{level}", clean=False, expiry=300)
+    pub = Client(edge.port, 4, f"gr-pub2-{level}")
+    try:
+        assert back.connack[0] is True and late.connack[0] is False  # session present or not
+        want = [(t, p, q) for t, p, q in items if q]  # QoS 0 is not kept offline
+        got = back.wait_count(len(want))
+        for q in (1, 2):  # paho hands QoS 2 over at PUBREL: compare per QoS
+            assert [m.payload for m in got if m.qos == q] == [p for _t, p, qq in want if qq == q]
+        assert len(got) == len(want)
+        if level == 5:
+            assert all(m.props.SubscriptionIdentifier == [5] for m in got)
+        # the subscription itself survived: a new message reaches it
+        assert late.subscribe(("gr-end", 1)) == [1]
+        pub.publish_all([("gr/after", b"after", 1), ("gr-end", b"end", 1)])
+        back.wait_for_payload(b"after")
+        assert _payloads(late.wait_for_payload(b"end")) == [b"end"]  # nothing of the old session
+    finally:
+        for c in (back, late, pub):
+            c.close()
+
+
+def _start_edge(data_dir, *sets: str) -> tuple[subprocess.Popen, int]:
+    """``lakegate edge`` as a subprocess (tests/edge/test_crash.py's, with --set)."""
+    args = [sys.executable, "-m", "bridge", "edge", "--port", "0", "--set",
+            f"data_dir={data_dir}", "--set", "log_level=WARNING"]
+    for kv in sets:
+        args += ["--set", kv]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"mqtt://127\.0\.0\.1:(\d+)", line)
+    if m is None:
+        proc.kill()
+        raise AssertionError(f"no listening line: {line!r} {proc.stderr.read()}")
+    return proc, int(m.group(1))
+
+
+class _Publisher(threading.Thread):
+    """Publishes ``k/{i}`` with payload ``i`` at QoS 1 and 2 (i odd: 2) in
+    batches until ``limit`` or the connection ends; ``acked``: the payloads
+    the edge acknowledged (PUBACK, PUBREC), in order."""
+
+    def __init__(self, port: int, level: int, limit: int = 3000) -> None:
+        super().__init__(daemon=True)
+        self.port, self.level, self.limit = port, level, limit
+        self.acked: list[int] = []
+
+    def run(self) -> None:
+        try:
+            c = RawClient(self.port, timeout=10)
+            c.connect(self.level, client_id="k-pub")
+            i = 0
+            while i < self.limit:
+                batch = list(range(i, i + 20))
+                i += 20
+                c.send(b"".join(encode(Publish(qos=1 + n % 2, topic=f"k/{n % 7}",
+                                               packet_id=n % 60000 + 1, payload=str(n).encode()),
+                                       self.level) for n in batch))
+                rels = []
+                for n in batch:
+                    pkt = c.packet()
+                    if not pkt:
+                        return
+                    assert pkt[0] in (0x40, 0x50), pkt
+                    self.acked.append(n)
+                    if pkt[0] == 0x50:
+                        rels.append(b"\x62\x02" + pkt[2:4])
+                c.send(b"".join(rels))
+                for _ in rels:
+                    if not c.packet():
+                        return
+        except OSError:
+            return
+
+
+def _packets(c: RawClient, level: int, n: int) -> list:
+    """The next ``n`` packets, PUBLISH decoded, others as bytes."""
+    out = []
+    for _ in range(n):
+        pkt = c.packet()
+        assert pkt, f"connection closed after {len(out)} of {n} packets"
+        out.append(decode_packet(pkt, level, from_client=False)[0] if pkt[0] >> 4 == 3 else pkt)
+    return out
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("level", [4, 5])
+def test_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge_stop_MQTT_4_4_0_1(
+        tmp_path, level, stop):
+    """A connected persistent subscriber holds a full window of unacknowledged
+    QoS 1/2 deliveries (one PUBREC'd, two PUBACKed) while a publisher goes
+    on; the edge is killed (or stopped). After the restart the subscriber
+    gets the PUBREL again, then the unacknowledged PUBLISHes with DUP 1 and
+    the Packet Identifiers they had, then everything else the publisher got
+    an acknowledgement for, in order, once."""
+    window = 20  # edge.max_inflight_messages (default)
+    proc, port = _start_edge(tmp_path, "edge.max_queued_messages=100000")
+    cid = f"held-{level}"
+    pub = None
+    try:
+        sub = RawClient(port, timeout=10)
+        assert _session_connect(sub, level, cid)[0] == 0x20
+        sub.send_packet(Subscribe(1, [Subscription("k/#", 2)]), level)
+        assert sub.packet()[0] == 0x90
+        pub = _Publisher(port, level)
+        pub.start()
+        before = _packets(sub, level, window)
+        assert [int(p.payload) for p in before] == list(range(window))
+        assert not any(p.dup for p in before)
+        q1 = [p for p in before if p.qos == 1]
+        q2 = [p for p in before if p.qos == 2]
+        sub.send(b"".join(b"\x40\x02" + p.packet_id.to_bytes(2, "big") for p in q1[:2])
+                 + b"\x50\x02" + q2[0].packet_id.to_bytes(2, "big"))
+        # two PUBLISHes into the freed slots, and the PUBREL (once the PUBREC,
+        # and the PUBACKs before it, are durable)
+        more = _packets(sub, level, 3)
+        rel = b"\x62\x02" + q2[0].packet_id.to_bytes(2, "big")
+        assert rel in more
+        sent = before + [p for p in more if not isinstance(p, bytes)]
+        done = {int(p.payload) for p in q1[:2]} | {int(q2[0].payload)}
+        unacked = [p for p in sent if int(p.payload) not in done]
+        assert len(unacked) == window - 1  # the PUBREL'd one holds a slot too
+        wait_for(lambda: len(pub.acked) >= 300, DEADLINE, "300 messages acknowledged")
+        if stop == "SIGKILL":
+            proc.send_signal(signal.SIGKILL)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        pub.join(20)
+        sub.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    acked = list(pub.acked)
+    proc, port = _start_edge(tmp_path, "edge.max_queued_messages=100000")
+    try:
+        sub = RawClient(port, timeout=10)
+        assert _session_connect(sub, level, cid)[2] & 1  # session present
+        assert sub.packet() == rel  # [MQTT-4.4.0-1]: PUBREL again, same Packet Identifier
+        again = _packets(sub, level, len(unacked))
+        assert [(p.payload, p.packet_id, p.qos, p.dup) for p in again] == [
+            (p.payload, p.packet_id, p.qos, True) for p in unacked]
+        sub.send(b"\x70\x02" + rel[2:4])  # PUBCOMP
+        rest = _take_publishes(sub, level, last=str(acked[-1]).encode())
+        seen = [int(p.payload) for p in again + rest]
+        assert seen == sorted(seen) and len(seen) == len(set(seen))  # in order, once
+        missing = set(acked) - done - set(seen)
+        assert not missing, f"{len(missing)} acknowledged messages lost"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 # ---------------------------------------------------------------- mosquitto
 MOSQ = shutil.which("mosquitto_sub") and shutil.which("mosquitto_pub")
 
@@ -472,8 +663,12 @@ def _subscribed(edge, client_id: str, times: int) -> None:
 
 @pytest.mark.skipif(not MOSQ, reason="mosquitto_sub / mosquitto_pub not installed "
                     "(Debian package mosquitto-clients)")
+@pytest.mark.parametrize("restart", [False, True], ids=["same-edge", "edge-restarted"])
 @pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
-def test_mosquitto_sub_persistent_session_gets_what_queued_offline(edge, version):
+def test_mosquitto_sub_persistent_session_gets_what_queued_offline(run_edge, version, restart):
+    """The issue's "Done when": mosquitto_sub -c -i me gets live messages;
+    stopped, more are published; (the edge restarts;) back, it gets them."""
+    edge = run_edge()
     cid = f"me-{version}"
     live = _mosquitto_sub(edge.port, 3, cid, version)
     try:
@@ -487,8 +682,13 @@ def test_mosquitto_sub_persistent_session_gets_what_queued_offline(edge, version
     assert out.splitlines() == [f"site/live/{i} live {i}" for i in range(3)]
     # the subscriber is gone (its session stays); publish while it is offline
     for i in range(4):
-        _mosquitto_pub(edge.port, f"site/queued/{i}", f"queued {i}", qos=1, version=version)
+        _mosquitto_pub(edge.port, f"site/queued/{i}", f"queued {i}", qos=i % 2 + 1,
+                       version=version)
     _mosquitto_pub(edge.port, "elsewhere", "not for me")
+    _mosquitto_pub(edge.port, "site/qos0", "QoS 0 is not kept for an offline session", qos=0)
+    if restart:
+        edge.stop()
+        edge = run_edge()
     back = _mosquitto_sub(edge.port, 4, cid, version)
     try:
         out, err = back.communicate(timeout=20)
