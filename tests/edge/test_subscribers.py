@@ -43,7 +43,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from bridge.mqtt import Properties, Publish, Subscribe, Subscription, encode
+from bridge.mqtt import Properties, Publish, Subscribe, Subscription, Will, encode
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.strings import encode_string
 from bridge.mqtt.varint import encode_varint
@@ -71,10 +71,11 @@ class Got(NamedTuple):
 class Client:
     """A paho client (connected, its network loop in a thread) that records
     every message it receives. 3.x: ``clean`` is Clean Session; 5: Clean
-    Start, with ``expiry`` as Session Expiry Interval."""
+    Start, with ``expiry`` as Session Expiry Interval and ``connect_props``
+    further CONNECT properties by paho name."""
 
     def __init__(self, port: int, level: int, client_id: str, *, clean: bool = True,
-                 expiry: int | None = None) -> None:
+                 expiry: int | None = None, connect_props: dict | None = None) -> None:
         self.level = level
         self.client_id = client_id
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
@@ -89,9 +90,12 @@ class Client:
         self.c.on_message = self._on_message
         self.c.on_subscribe = self._on_subscribe
         props = None
-        if level == 5 and expiry is not None:
+        if level == 5 and (expiry is not None or connect_props):
             props = PahoProperties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = expiry
+            if expiry is not None:
+                props.SessionExpiryInterval = expiry
+            for k, v in (connect_props or {}).items():
+                setattr(props, k, v)
         kw = {"clean_start": clean, "properties": props} if level == 5 else {}
         self.c.connect("127.0.0.1", port, keepalive=30, **kw)
         self.c.loop_start()
@@ -177,7 +181,7 @@ def _payloads(got) -> list[bytes]:
 # ---------------------------------------------------------------- QoS
 @pytest.mark.parametrize("pub_level", LEVELS)
 @pytest.mark.parametrize("sub_level", LEVELS)
-def test_delivered_qos_is_min_of_published_and_granted_MQTT_3_8_4_8(clients, sub_level, pub_level):
+def test_mqtt_3_8_4_8_delivered_qos_is_min_of_published_and_granted(clients, sub_level, pub_level):
     sub = clients(sub_level, f"qs-{sub_level}-{pub_level}")
     assert sub.subscribe(("q/g0/#", 0), ("q/g1/#", 1), ("q/g2/#", 2)) == [0, 1, 2]
     pub = clients(pub_level, f"qp-{sub_level}-{pub_level}")
@@ -192,7 +196,7 @@ def test_delivered_qos_is_min_of_published_and_granted_MQTT_3_8_4_8(clients, sub
 
 # ---------------------------------------------------------------- wildcards
 @pytest.mark.parametrize("level", LEVELS)
-def test_wildcards_and_dollar_topics_MQTT_4_7_2_1(clients, level):
+def test_mqtt_4_7_2_1_wildcards_and_dollar_topics(clients, level):
     filters = {"hash": "#", "plus": "+/x", "plus2": "+/+", "hashtail": "+/#",
                "dollar": "$foo/#", "dollarplus": "$foo/+", "exact": "a/x", "deep": "a/#"}
     subs = {}
@@ -225,7 +229,8 @@ def test_shared_subscription_each_message_to_exactly_one_member(clients):
         assert c.subscribe(("$share/g/sh/+", SubscribeOptions(qos=1)), ("sh-end", 1)) == [1, 1]
     pub = clients(4, "share-pub")
     n = 40
-    pub.publish_all([(f"sh/{i % 3}", str(i).encode(), 1) for i in range(n)] + [("sh-end", b"end", 1)])
+    pub.publish_all([(f"sh/{i % 3}", str(i).encode(), 1) for i in range(n)]
+                    + [("sh-end", b"end", 1)])
     for c in (a, b):
         c.wait_for_payload(b"end")
     ga = [m.payload for m in a.messages() if m.topic != "sh-end"]
@@ -251,7 +256,7 @@ def test_shared_subscription_with_one_member_gone_delivers_to_the_other(clients)
 
 
 # ---------------------------------------------------------------- MQTT 5 options
-def test_no_local_MQTT_3_8_3_3(clients):
+def test_mqtt_3_8_3_3_no_local(clients):
     me = clients(5, "nl-me")
     assert me.subscribe(("nl/#", SubscribeOptions(qos=1, noLocal=True))) == [1]
     control = clients(5, "nl-control")
@@ -265,7 +270,7 @@ def test_no_local_MQTT_3_8_3_3(clients):
 
 
 @pytest.mark.parametrize("sub_level", LEVELS)
-def test_retain_as_published_MQTT_3_3_1_12_and_13(clients, sub_level):
+def test_mqtt_3_3_1_12_and_13_retain_as_published(clients, sub_level):
     plain = clients(sub_level, f"rap-plain-{sub_level}")
     assert plain.subscribe(("rap/#", 1)) == [1]
     rap = clients(5, f"rap-keep-{sub_level}")
@@ -282,7 +287,7 @@ def test_retain_as_published_MQTT_3_3_1_12_and_13(clients, sub_level):
     assert [(m.payload, m.retain) for m in live] == [(b"retained", False), (b"plain", False)]
 
 
-def test_subscription_identifiers_MQTT_3_3_4_3(clients):
+def test_mqtt_3_3_4_3_subscription_identifiers(clients):
     sub = clients(5, "sid")
     assert sub.subscribe(("si/#", 0), sub_id=7) == [0]
     assert sub.subscribe(("si/+/x", 2), sub_id=9) == [2]
@@ -301,7 +306,7 @@ def test_subscription_identifiers_MQTT_3_3_4_3(clients):
     assert not hasattr(got[-1].props, "SubscriptionIdentifier")
 
 
-def test_user_properties_in_order_and_forwarded_MQTT_3_3_2_17_18(clients):
+def test_mqtt_3_3_2_17_and_18_user_properties_forwarded_in_order(clients):
     v5 = clients(5, "up-5")
     v4 = clients(4, "up-4")
     for c in (v5, v4):
@@ -335,8 +340,114 @@ def test_mixed_versions(clients, sub_level, pub_level):
         (f"mix/{q}", bytes(range(256)) * q + b"end", q) for q in range(3)]
 
 
+def test_mqtt_3_11_3_1_unsubscribe_ends_delivery(clients):
+    sub = clients(5, "unsub")
+    assert sub.subscribe(("us/a", 1), ("us/b", 1)) == [1, 1]
+    codes = {}
+    sub.c.on_unsubscribe = lambda client, userdata, mid, rcs, props: codes.update(
+        {mid: [rc.value for rc in rcs]})
+    _rc, mid = sub.c.unsubscribe(["us/a", "us/never"])
+    assert wait_for(lambda: codes.get(mid), DEADLINE, "UNSUBACK") == [0x00, 0x11]
+    pub = clients(4, "unsub-pub")
+    pub.publish_all([("us/a", b"gone", 1), ("us/b", b"kept", 1)])
+    assert _payloads(sub.wait_for_payload(b"kept")) == [b"kept"]
+
+
+def test_inbound_topic_alias_is_resolved_not_forwarded(clients):
+    sub = clients(5, "alias-sub")
+    assert sub.subscribe(("al/#", 1)) == [1]
+    pub = clients(5, "alias-pub")
+    infos = [pub.publish("al/very/long/name" if i == 0 else "", str(i).encode(), 1,
+                         props=_props(TopicAlias=2)) for i in range(3)]
+    for info in infos:
+        info.wait_for_publish(DEADLINE)
+    got = sub.wait_count(3)
+    assert [(m.topic, m.payload) for m in got] == [("al/very/long/name", str(i).encode())
+                                                   for i in range(3)]
+    assert not any(hasattr(m.props, "TopicAlias") for m in got)
+
+
+def test_mqtt_3_1_2_25_message_over_the_clients_maximum_packet_size_not_sent(clients):
+    sub = clients(5, "maxp", connect_props={"MaximumPacketSize": 200})
+    assert sub.subscribe(("mp/#", 1)) == [1]
+    pub = clients(4, "maxp-pub")
+    pub.publish_all([("mp/x", b"a" * 300, 1), ("mp/x", b"small", 1), ("mp/x", b"b" * 150, 0),
+                     ("mp/x", b"end", 1)])
+    assert _payloads(sub.wait_for_payload(b"end")) == [b"small", b"b" * 150, b"end"]
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_will_is_delivered_to_subscribers(edge, raw, clients, level):
+    sub = clients(5, f"will-sub-{level}")
+    assert sub.subscribe(("will/#", 2)) == [2]
+    wprops = Properties(user_properties=[("w", "1"), ("a", "2")], content_type="text/plain",
+                        message_expiry_interval=60) if level == 5 else Properties()
+    c = raw()
+    assert c.connect(level, client_id=f"will-{level}",
+                     will=Will("will/x", b"gone", 1, False, wprops))[0] == 0x20
+    c.close()  # no DISCONNECT: the Will is published
+    m = sub.wait_count(1)[0]
+    assert (m.topic, m.payload, m.qos, m.retain) == ("will/x", b"gone", 1, False)
+    if level == 5:
+        assert m.props.UserProperty == [("w", "1"), ("a", "2")]
+        assert m.props.ContentType == "text/plain"
+        assert 55 <= m.props.MessageExpiryInterval <= 60
+
+
+def test_shared_subscription_prefers_the_connected_member(clients):
+    away = clients(5, "sh3-away", expiry=300)
+    here = clients(5, "sh3-here")
+    for c in (away, here):
+        assert c.subscribe(("$share/k/s3/#", 1)) == [1]
+    away.close()  # persistent: still a member, disconnected
+    pub = clients(5, "sh3-pub")
+    pub.publish_all([("s3/x", str(i).encode(), 1) for i in range(10)])
+    assert _payloads(here.wait_count(10)) == [str(i).encode() for i in range(10)]
+    back = clients(5, "sh3-away", clean=False, expiry=300)
+    assert back.connack[0] is True
+    assert back.subscribe(("sh3-end", 1)) == [1]
+    pub.publish_all([("sh3-end", b"end", 1)])
+    assert _payloads(back.wait_for_payload(b"end")) == [b"end"]  # nothing was queued for it
+
+
+def test_mqtt_3_1_2_4_clean_session_reconnect_has_no_subscriptions(clients):
+    first = clients(4, "clean-sub", clean=True)
+    assert first.subscribe(("cs/#", 1)) == [1]
+    first.close()
+    again = clients(4, "clean-sub", clean=True)
+    assert again.connack[0] is False
+    assert again.subscribe(("cs-end", 1)) == [1]
+    pub = clients(4, "clean-pub")
+    pub.publish_all([("cs/x", b"old subscription", 1), ("cs-end", b"end", 1)])
+    assert _payloads(again.wait_for_payload(b"end")) == [b"end"]
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_mqtt_4_4_0_1_session_taken_over_gets_the_inflight_deliveries_again(
+        edge, raw, clients, level):
+    cid = f"takeover-{level}"
+    first = raw()
+    assert _session_connect(first, level, cid)[0] == 0x20
+    first.send_packet(Subscribe(1, [Subscription("to/#", 1)]), level)
+    assert first.packet()[0] == 0x90
+    pub = clients(4, f"takeover-pub-{level}")
+    pub.publish_all([("to/x", str(i).encode(), 1) for i in range(3)])
+    sent = [_server_publish(first, level) for _ in range(3)]
+    second = raw()  # the same Client Identifier while the first is connected
+    assert _session_connect(second, level, cid)[2] == 1
+    again = [_server_publish(second, level) for _ in range(3)]
+    assert [(p.payload, p.packet_id, p.dup) for p in again] == [
+        (p.payload, p.packet_id, True) for p in sent]
+    if level == 5:
+        assert first.packet() == b"\xe0\x01\x8e"  # Session taken over
+    assert first.closed()
+    second.send(b"".join(b"\x40\x02" + p.packet_id.to_bytes(2, "big") for p in again))
+    pub.publish_all([("to/x", b"next", 1)])
+    assert _server_publish(second, level).payload == b"next"
+
+
 # ---------------------------------------------------------------- expiry
-def test_message_expiry_for_offline_persistent_session_MQTT_3_3_2_5_and_6(edge, clients):
+def test_mqtt_3_3_2_5_and_6_message_expiry_for_offline_persistent_session(edge, clients):
     v5 = clients(5, "exp-5", clean=True, expiry=300)
     v4 = clients(4, "exp-4", clean=False)
     for c in (v5, v4):
@@ -390,7 +501,7 @@ def _take_publishes(c: RawClient, level: int, n: int | None = None,
 
 
 @pytest.mark.parametrize("sub_level", [4, 5])
-def test_200_mixed_qos_messages_arrive_in_order_MQTT_4_6_0_6(edge, raw, clients, sub_level):
+def test_mqtt_4_6_0_6_200_mixed_qos_messages_arrive_in_order(edge, raw, clients, sub_level):
     """Wire order at a raw QoS 2 subscriber (paho hands a QoS 2 message to
     the application only at PUBREL, after later QoS 0/1 ones)."""
     sub = raw()
@@ -413,7 +524,7 @@ def _session_connect(c: RawClient, level: int, cid: str) -> bytes:
 
 
 @pytest.mark.parametrize("level", [4, 5])
-def test_unacknowledged_resent_with_dup_and_same_ids_on_reconnect_MQTT_4_4_0_1(
+def test_mqtt_4_4_0_1_unacknowledged_resent_with_dup_and_same_ids_on_reconnect(
         edge, raw, clients, level):
     """Without an edge restart: the session (and its outbox) stays in memory."""
     cid = f"dup-{level}"
@@ -458,7 +569,9 @@ def test_unacknowledged_resent_with_dup_and_same_ids_on_reconnect_MQTT_4_4_0_1(
 def test_offline_persistent_session_gets_its_queue_after_a_graceful_restart(run_edge, level):
     """3.1.1 Clean Session 0 / MQTT 5 Session Expiry: subscriptions (with
     their identifier) and what queued while offline survive a stop and start
-    of the edge; a session whose expiry passed meanwhile does not."""
+    of the edge, less the message whose expiry passed, with the interval of
+    the others decremented by the time they waited [MQTT-3.3.2-5, -6]; a
+    session whose expiry passed meanwhile does not survive."""
     edge = run_edge()
     sub = Client(edge.port, level, f"gr-{level}", clean=False, expiry=300)
     short = Client(edge.port, 5, f"gr-short-{level}", clean=True, expiry=1)
@@ -473,26 +586,33 @@ def test_offline_persistent_session_gets_its_queue_after_a_graceful_restart(run_
         assert _payloads(sub.wait_count(1)) == [b"live"]
         sub.close()
         short.close()
-        gone = time.monotonic()
         items = [(f"gr/{i}", str(i).encode(), i % 3) for i in range(1, 13)]
-        pub.publish_all(items)
+        pub.publish_all(items[:6])
+        for info in [pub.publish("gr/exp", b"expires", 1, props=_props(MessageExpiryInterval=1)),
+                     pub.publish("gr/exp", b"stays", 1, props=_props(MessageExpiryInterval=60))]:
+            info.wait_for_publish(DEADLINE)
+        gone = time.monotonic()
+        pub.publish_all(items[6:])
     finally:
         pub.close()
     edge.stop()
     edge = run_edge()
-    time.sleep(max(0.0, 1.3 - (time.monotonic() - gone)))  # past the short session's expiry
+    time.sleep(max(0.0, 1.3 - (time.monotonic() - gone)))  # past the short expiries
     back = Client(edge.port, level, f"gr-{level}", clean=False, expiry=300)
     late = Client(edge.port, 5, f"gr-short-{level}", clean=False, expiry=300)
     pub = Client(edge.port, 4, f"gr-pub2-{level}")
     try:
         assert back.connack[0] is True and late.connack[0] is False  # session present or not
-        want = [(t, p, q) for t, p, q in items if q]  # QoS 0 is not kept offline
+        # QoS 0 is not kept offline; "expires" expired [MQTT-3.3.2-5]
+        want = [(t, p, q) for t, p, q in items[:6] + [("gr/exp", b"stays", 1)] + items[6:] if q]
         got = back.wait_count(len(want))
         for q in (1, 2):  # paho hands QoS 2 over at PUBREL: compare per QoS
             assert [m.payload for m in got if m.qos == q] == [p for _t, p, qq in want if qq == q]
         assert len(got) == len(want)
         if level == 5:
             assert all(m.props.SubscriptionIdentifier == [5] for m in got)
+            stays = next(m for m in got if m.payload == b"stays")
+            assert 60 - int(time.monotonic() - gone) - 1 <= stays.props.MessageExpiryInterval < 60
         # the subscription itself survived: a new message reaches it
         assert late.subscribe(("gr-end", 1)) == [1]
         pub.publish_all([("gr/after", b"after", 1), ("gr-end", b"end", 1)])
@@ -570,7 +690,7 @@ def _packets(c: RawClient, level: int, n: int) -> list:
 @pytest.mark.subprocess
 @pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("level", [4, 5])
-def test_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge_stop_MQTT_4_4_0_1(
+def test_mqtt_4_4_0_1_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge_stop(
         tmp_path, level, stop):
     """A connected persistent subscriber holds a full window of unacknowledged
     QoS 1/2 deliveries (one PUBREC'd, two PUBACKed) while a publisher goes
@@ -767,7 +887,7 @@ def test_thousands_of_subscriptions_stop_at_the_limit(clients):
     assert _payloads(c.wait_for_payload(b"end")) == [b"in", b"end"]
 
 
-def test_no_local_on_shared_subscription_is_a_protocol_error_MQTT_3_8_3_4(edge, raw):
+def test_mqtt_3_8_3_4_no_local_on_shared_subscription_is_a_protocol_error(edge, raw):
     c = raw()
     assert c.connect(5, client_id="nl-shared")[0] == 0x20
     c.send(_subscribe_frame(5, Subscription("$share/g/x", 1, no_local=True)))
@@ -814,7 +934,7 @@ def _quiet(c: RawClient, seconds: float = 0.3) -> None:
         c.sock.settimeout(5)
 
 
-def test_subscriber_that_never_acknowledges_gets_at_most_the_window_MQTT_3_3_4_9(run_edge):
+def test_mqtt_3_3_4_9_subscriber_that_never_acknowledges_gets_at_most_the_window(run_edge):
     edge = run_edge("edge.max_inflight_messages=5")
     silent = RawClient(edge.port, timeout=5)
     small = RawClient(edge.port, timeout=5)
