@@ -517,6 +517,52 @@ def test_mqtt_4_6_0_6_200_mixed_qos_messages_arrive_in_order(edge, raw, clients,
     assert not any(m.dup for m in got)
 
 
+@pytest.mark.parametrize("bound", ["edge.max_queued_messages=4", "edge.max_queued_bytes=4096"])
+def test_offline_queue_bound_drops_the_oldest_and_says_so(run_edge, monkeypatch, caplog, bound):
+    """MQTT 5.0 section 4.1: a server may limit the Session State it keeps;
+    the edge keeps the newest, drops the oldest, and logs the count once."""
+    monkeypatch.setattr("bridge.edge.housekeeping.SNAPSHOT_INTERVAL_S", 0.2)
+    caplog.set_level(logging.INFO, logger="bridge.edge")
+    edge = run_edge(bound)
+    sub = Client(edge.port, 4, "bounded", clean=False)
+    assert sub.subscribe(("bq/#", 1)) == [1]
+    sub.close()
+    pub = Client(edge.port, 4, "bounded-pub")
+    try:
+        pub.publish_all([("bq/x", b"%04d" % i + b"." * 1020, 1) for i in range(10)])
+    finally:
+        pub.close()
+    line = wait_for(lambda: [r.getMessage() for r in caplog.records
+                             if "client=bounded:" in r.getMessage()
+                             and "queued messages dropped" in r.getMessage()],
+                    DEADLINE, "the drop line")
+    assert len(line) == 1 and "6 queued messages dropped" in line[0]
+    back = Client(edge.port, 4, "bounded", clean=False)
+    try:
+        assert back.connack[0] is True
+        got = back.wait_count(4)
+        assert [m.payload[:4] for m in got] == [b"0006", b"0007", b"0008", b"0009"]
+    finally:
+        back.close()
+
+
+def test_qos2_publish_resent_by_its_publisher_is_delivered_once_MQTT_4_3_3_10(edge, raw, clients):
+    sub = clients(5, "once-sub")
+    assert sub.subscribe(("once/#", 2), ("once-end", 1)) == [2, 1]
+    pub = raw()
+    assert pub.connect(4, client_id="once-pub", clean_start=False)[0] == 0x20
+    frame = encode(Publish(qos=2, topic="once/x", packet_id=7, payload=b"exactly once"), 4)
+    pub.send(frame)
+    assert pub.packet() == b"\x50\x02\x00\x07"
+    pub.send(bytes((frame[0] | 8,)) + frame[1:])  # the same, DUP 1, before PUBREL
+    assert pub.packet() == b"\x50\x02\x00\x07"
+    pub.send(b"\x62\x02\x00\x07")
+    assert pub.packet() == b"\x70\x02\x00\x07"
+    pub.send(encode(Publish(qos=1, topic="once-end", packet_id=8, payload=b"end"), 4))
+    assert pub.packet() == b"\x40\x02\x00\x08"
+    assert _payloads(sub.wait_for_payload(b"end")) == [b"exactly once", b"end"]
+
+
 # ---------------------------------------------------------------- re-sends
 def _session_connect(c: RawClient, level: int, cid: str) -> bytes:
     props = Properties(session_expiry_interval=300) if level == 5 else Properties()
