@@ -171,8 +171,9 @@ class Replayer:
         self.router = router
         self.live = live
         self.clock_offset = clock_offset
-        #: client ids whose connection was seen during the replay
-        self.connected_seen: set[str] = set()
+        #: client ids connected at some point of the replay: those connected
+        #: when it starts (at the snapshot) and those whose CONNECT it reads
+        self.connected_seen: set[str] = set(live)
 
     def connect(self, client: ClientSession, present: bool) -> None:
         if not present:
