@@ -25,6 +25,7 @@ arrived, anything published before it that was due has arrived too.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -43,6 +44,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from bridge.config import load_config
 from bridge.mqtt import Properties, Publish, Subscribe, Subscription, Will, encode
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.strings import encode_string
@@ -669,10 +671,18 @@ def test_offline_persistent_session_gets_its_queue_after_a_graceful_restart(run_
             c.close()
 
 
-def _start_edge(data_dir, *sets: str) -> tuple[subprocess.Popen, int]:
-    """``lakegate edge`` as a subprocess (tests/edge/test_crash.py's, with --set)."""
-    args = [sys.executable, "-m", "bridge", "edge", "--port", "0", "--set",
-            f"data_dir={data_dir}", "--set", "log_level=WARNING"]
+def _start_edge(data_dir, *sets: str, snapshot_s: float | None = None
+                ) -> tuple[subprocess.Popen, int]:
+    """``lakegate edge`` as a subprocess (tests/edge/test_crash.py's, with
+    --set); ``snapshot_s``: the session snapshot interval instead of
+    bridge.edge.persist.SNAPSHOT_INTERVAL_S (a test-only change)."""
+    args = [sys.executable, "-m", "bridge"]
+    if snapshot_s is not None:
+        args = [sys.executable, "-c",
+                "import sys, bridge.edge.housekeeping as h; "
+                f"h.SNAPSHOT_INTERVAL_S = {snapshot_s}; "
+                "from bridge.cli import main; sys.exit(main(sys.argv[1:]))"]
+    args += ["edge", "--port", "0", "--set", f"data_dir={data_dir}", "--set", "log_level=WARNING"]
     for kv in sets:
         args += ["--set", kv]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -683,6 +693,17 @@ def _start_edge(data_dir, *sets: str) -> tuple[subprocess.Popen, int]:
         proc.kill()
         raise AssertionError(f"no listening line: {line!r} {proc.stderr.read()}")
     return proc, int(m.group(1))
+
+
+def _snapshot_outbox(data_dir, cid: str) -> list | None:
+    """The outbox rows of ``cid`` in the edge's session snapshot (None: none yet)."""
+    path = load_config(None, [f"data_dir={data_dir}"], env={}).edge_state_dir / "sessions.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entry = doc["sessions"].get(cid)
+    return None if entry is None or "outbox" not in entry else entry["outbox"]["d"]
 
 
 class _Publisher(threading.Thread):
@@ -709,7 +730,7 @@ class _Publisher(threading.Thread):
                 rels = []
                 for n in batch:
                     pkt = c.packet()
-                    if not pkt:
+                    if not pkt or pkt[0] == 0xE0:  # closed, or DISCONNECT 0x8B (SIGTERM)
                         return
                     assert pkt[0] in (0x40, 0x50), pkt
                     self.acked.append(n)
@@ -798,6 +819,65 @@ def test_mqtt_4_4_0_1_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge
         assert seen == sorted(seen) and len(seen) == len(set(seen))  # in order, once
         missing = set(acked) - done - set(seen)
         assert not missing, f"{len(missing)} acknowledged messages lost"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("level", [4, 5])
+def test_mqtt_3_3_1_1_deliveries_after_the_snapshot_resent_with_dup_after_sigkill(
+        tmp_path, level):
+    """The subscriber is connected when the session snapshot is written and
+    when the edge dies; deliveries sent after the snapshot come back from the
+    replay of the capture log, and went out before: DUP 1 [MQTT-3.3.1-1], as
+    those the snapshot holds, all with their Packet Identifiers [MQTT-4.4.0-1]."""
+    proc, port = _start_edge(tmp_path, snapshot_s=1.5)
+    cid = f"snap-{level}"
+    try:
+        sub = RawClient(port, timeout=10)
+        assert _session_connect(sub, level, cid)[0] == 0x20
+        sub.send_packet(Subscribe(1, [Subscription("s/#", 2)]), level)
+        assert sub.packet()[0] == 0x90
+        pub = RawClient(port, timeout=10)
+        pub.connect(4, client_id="snap-pub")
+
+        def publish(first: int, n: int) -> list[Publish]:
+            for i in range(first, first + n):
+                pub.send(encode(Publish(qos=1 + i % 2, topic=f"s/{i}", packet_id=i + 1,
+                                        payload=str(i).encode()), 4))
+                ack = pub.packet()
+                if ack[0] == 0x50:
+                    pub.send(b"\x62\x02" + ack[2:4])
+                    assert pub.packet()[0] == 0x70
+            return [_server_publish(sub, level) for _ in range(n)]
+
+        early = publish(0, 6)
+        rows = wait_for(lambda: (lambda r: r if r and len(r) == 6 else None)(
+            _snapshot_outbox(tmp_path, cid)), DEADLINE, "a snapshot holding the 6 deliveries")
+        late = publish(6, 4)
+        # acknowledged after the snapshot: PUBACK for 0, PUBREC for 1 (PUBREL back
+        # once both are durable)
+        sub.send(b"\x40\x02" + early[0].packet_id.to_bytes(2, "big")
+                 + b"\x50\x02" + early[1].packet_id.to_bytes(2, "big"))
+        rel = b"\x62\x02" + early[1].packet_id.to_bytes(2, "big")
+        assert sub.packet() == rel
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert _snapshot_outbox(tmp_path, cid) == rows, "a second snapshot raced the kill"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    proc, port = _start_edge(tmp_path)
+    try:
+        sub = RawClient(port, timeout=10)
+        assert _session_connect(sub, level, cid)[2] & 1
+        unacked = early[2:] + late
+        again = _packets(sub, level, 1 + len(unacked))
+        assert again[0] == rel
+        assert [(p.payload, p.packet_id, p.dup) for p in again[1:]] == [
+            (p.payload, p.packet_id, True) for p in unacked]
     finally:
         proc.kill()
         proc.wait(10)
