@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -688,6 +689,9 @@ def _start_edge(data_dir, *sets: str, snapshot_s: float | None = None
         args += ["--set", kv]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    if not select.select([proc.stdout], [], [], 60)[0]:  # the edge prints one line once it listens
+        proc.kill()
+        raise AssertionError("the edge subprocess printed no listening line in 60 s")
     line = proc.stdout.readline()
     m = re.search(r"mqtt://127\.0\.0\.1:(\d+)", line)
     if m is None:
@@ -1102,6 +1106,19 @@ def test_mqtt_3_3_4_9_subscriber_that_never_acknowledges_gets_at_most_the_window
                 c.close()
 
 
+def _small_window_client(port: int) -> RawClient:
+    """A :class:`RawClient` whose socket has a 4 kB receive buffer, set
+    before connecting so that the TCP window stays small: a peer that stops
+    reading fills it at once."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", port))
+    c = RawClient.__new__(RawClient)
+    c.sock, c.buf = sock, b""
+    return c
+
+
 def test_subscriber_that_never_reads_leaves_the_edge_serving_others(run_edge, monkeypatch,
                                                                      caplog):
     """A QoS 0 subscriber that stops reading: the edge's transport buffer
@@ -1111,12 +1128,8 @@ def test_subscriber_that_never_reads_leaves_the_edge_serving_others(run_edge, mo
     monkeypatch.setattr("bridge.edge.housekeeping.SNAPSHOT_INTERVAL_S", 0.3)
     limit = 100
     edge = run_edge(f"edge.max_queued_messages={limit}")
-    stuck = socket.socket()
-    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    stuck.settimeout(5)
-    stuck.connect(("127.0.0.1", edge.port))
-    stuck_c = RawClient.__new__(RawClient)
-    stuck_c.sock, stuck_c.buf = stuck, b""
+    stuck_c = _small_window_client(edge.port)
+    stuck = stuck_c.sock
     pub = other = None
     caplog.set_level(logging.INFO, logger="bridge.edge")
     try:
