@@ -12,6 +12,17 @@ No Local [MQTT-3.8.3-3]; Retain As Published [MQTT-3.3.1-12, -13] and RETAIN
 [MQTT-3.3.2-17, -18]; one publisher's messages in order [MQTT-4.6.0-6]; an
 offline persistent session gets what was queued.
 
+Persistent sessions across restarts: an in-process edge stopped and started
+on the same data directory, and ``lakegate edge`` subprocesses stopped with
+SIGTERM or SIGKILL (marked ``subprocess``) while a subscriber holds
+unacknowledged deliveries: nothing acknowledged to the publisher is lost,
+PUBRELs and unacknowledged PUBLISHes come again with DUP 1 and their Packet
+Identifiers [MQTT-4.4.0-1, MQTT-3.3.1-1].
+
+paho hands a QoS 2 message to the application at PUBREL, possibly after
+later QoS 0/1 ones: order is checked on the wire (raw subscribers) or per
+QoS, never across QoS 2 and the rest through paho.
+
 Bad input and limits (issue 22): invalid Topic Filters close the connection
 as ``bridge/mqtt/subscribe.py`` decides, the subscription quota refuses one
 filter and keeps the client, a subscriber that does not read its socket and
@@ -565,6 +576,37 @@ def test_qos2_publish_resent_by_its_publisher_is_delivered_once_MQTT_4_3_3_10(ed
     pub.send(encode(Publish(qos=1, topic="once-end", packet_id=8, payload=b"end"), 4))
     assert pub.packet() == b"\x40\x02\x00\x08"
     assert _payloads(sub.wait_for_payload(b"end")) == [b"exactly once", b"end"]
+
+
+@pytest.mark.parametrize("first, then", [(4, 5), (5, 4)])
+def test_persistent_session_resumed_at_another_protocol_level(clients, first, then):
+    """The queued messages are encoded for the connection that takes them:
+    MQTT 5 properties for a 5 subscriber, none for 3.1.1."""
+    sub = clients(first, f"lvl-{first}", clean=False, expiry=300)
+    assert sub.subscribe(("lvl/#", 1)) == [1]
+    sub.close()
+    pub = clients(5, f"lvl-pub-{first}")
+    info = pub.publish("lvl/x", b"queued", 1, props=_props(UserProperty=[("k", "v")]))
+    info.wait_for_publish(DEADLINE)
+    back = clients(then, f"lvl-{first}", clean=False, expiry=300)
+    assert back.connack[0] is True
+    m = back.wait_count(1)[0]
+    assert (m.topic, m.payload, m.qos) == ("lvl/x", b"queued", 1)
+    if then == 5:
+        assert m.props.UserProperty == [("k", "v")]
+
+
+def test_mqtt_3_1_2_4_clean_start_discards_the_queued_session(clients):
+    sub = clients(5, "cs5", clean=True, expiry=300)
+    assert sub.subscribe(("cs5/#", 1)) == [1]
+    sub.close()
+    pub = clients(5, "cs5-pub")
+    pub.publish_all([("cs5/x", b"queued", 1)])
+    fresh = clients(5, "cs5", clean=True, expiry=300)
+    assert fresh.connack[0] is False
+    assert fresh.subscribe(("cs5-end", 1)) == [1]
+    pub.publish_all([("cs5/x", b"no subscription", 1), ("cs5-end", b"end", 1)])
+    assert _payloads(fresh.wait_for_payload(b"end")) == [b"end"]
 
 
 # ---------------------------------------------------------------- re-sends
