@@ -345,3 +345,18 @@ def test_the_repr_shows_counts_not_payloads():
     box.push(msg(0, payload=b"secret"), 0, False)
     assert "secret" not in repr(box) and "queued=1" in repr(box)
     assert "secret" not in repr(box.queue[0])
+
+
+def test_mqtt_3_1_2_25_a_re_send_larger_than_the_new_connections_maximum_is_not_sent():
+    # the client reconnects with a smaller Maximum Packet Size than before
+    box = Outbox()
+    big = msg(0, payload=b"x" * 100)
+    box.push(big, 1, False)
+    box.push(msg(1, payload=b"y"), 2, False)
+    box.push(msg(2, payload=b"z" * 100), 2, False)
+    box.pump(RX5, 0.0)
+    box.pubrec(3, 0)  # released: its PUBREL has no size problem
+    again = box.resend(Receiver(5, 10, big.frame_size(5, 1) - 1), 0.0)
+    assert [p.packet_id for p in pubs(again[:1])] == [2] and again[1] == b"\x62\x02\x00\x03"
+    assert len(again) == 2
+    assert box.too_large == 1 and list(box.inflight) == [2, 3]  # as if completed
