@@ -194,7 +194,10 @@ def test_lg_edge_ack_mismatch_a_wrong_kind_of_acknowledgement_closes(level, qos,
     h.take()
     assert h.closed is None
     h.feed(ack(last, 1, level))
-    assert h.closed is not None and "LG-edge-ack-mismatch" in h.closed
+    assert h.closed is not None and h.closed.startswith("[LG-edge-ack-mismatch]")
+    # the frame is captured as a rejected one, with its rule
+    assert h.frames()[-1] == ack(last, 1, level)
+    assert h.headers()["reject"] == b"LG-edge-ack-mismatch"
     out = h.take()
     if level == 5:
         assert out.endswith(b"\xe0\x01\x82")  # DISCONNECT Protocol Error
