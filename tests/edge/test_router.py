@@ -104,11 +104,12 @@ def test_mqtt_3_3_1_13_retain_as_published_keeps_the_publishers_flag(published_r
     assert queued(s)[0][2] is published_retain
 
 
-def test_mqtt_3_3_1_13_retain_as_published_on_one_of_overlapping_subscriptions():
+@pytest.mark.parametrize("rap_on", ["a/#", "a/b"])
+def test_mqtt_3_3_1_13_retain_as_published_on_one_of_overlapping_subscriptions(rap_on):
     r = Router()
     s = session(r, "c")
-    sub(r, s, "a/#", 1)
-    sub(r, s, "a/b", 0, retain_as_published=True)
+    sub(r, s, "a/#", 1, retain_as_published=rap_on == "a/#")
+    sub(r, s, "a/b", 0, retain_as_published=rap_on == "a/b")
     r.route(msg(retain=True))
     assert [(q, ret) for _t, q, ret, _i in queued(s)] == [(1, True)]
 
@@ -122,13 +123,6 @@ def test_mqtt_3_3_2_3_the_delivered_topic_is_the_published_one_matching_the_filt
     r.route(msg("site/7/humidity"))
     r.route(msg("site/7/temp"))  # '#' also matches the parent level
     assert [t for t, *_ in queued(s)] == ["site/7/temp/inside", "site/7/temp"]
-
-
-def test_no_match_no_delivery_and_no_outbox():
-    r = Router()
-    s = session(r, "c")
-    sub(r, s, "x", 0)
-    assert r.route(msg("a/b")) == [] and s.outbox is None
 
 
 # ------------------------------------------------------------------ No Local
@@ -182,6 +176,15 @@ def test_shared_subscription_qos_retain_and_identifier_are_the_members():
     sub(r, s, "$share/g/a/b", 1, retain_as_published=True, sub_id=5)
     r.route(msg(qos=2, retain=True))
     assert queued(s) == [("a/b", 1, True, (5,))]
+
+
+@pytest.mark.parametrize("rap", [False, True])
+def test_mqtt_3_3_1_12_and_13_retain_on_a_shared_subscription(rap):
+    r = Router()
+    s = session(r, "c")
+    sub(r, s, "$share/g/a/b", 1, retain_as_published=rap)
+    r.route(msg(retain=True))
+    assert queued(s)[0][2] is rap
 
 
 def test_two_groups_and_a_direct_subscription_each_get_their_copy():

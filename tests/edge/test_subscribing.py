@@ -207,9 +207,14 @@ def test_lg_edge_ack_mismatch_a_wrong_kind_of_acknowledgement_closes(level, qos,
 
 def test_acknowledgements_of_nothing_are_captured_without_ack_ref():
     h = client(5)
-    h.feed(ack(PubAck, 3) + ack(PubComp, 4))
+    subscribe(h, "a/b")
+    route(h, qos=1)  # packet id 1 is in flight
+    h.take()
+    h.feed(ack(PubAck, 3) + ack(PubComp, 4) + ack(PubRec, 5, 5, 0x80))
     assert h.take() == b"" and h.closed is None
-    assert "ack_ref" not in h.headers(-1) and "ack_ref" not in h.headers(-2)
+    assert [f[0] for f in h.frames()[-3:]] == [0x40, 0x70, 0x50]
+    assert not any("ack_ref" in h.headers(i) for i in (-1, -2, -3))
+    assert list(h.session.client.outbox.inflight) == [1]
 
 
 @pytest.mark.parametrize("level, reply", [(5, b"\x62\x03\x00\x03\x92"), (4, b"\x62\x02\x00\x03")])
