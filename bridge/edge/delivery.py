@@ -171,14 +171,24 @@ class Outbox:
 
     def resend(self, rx: Receiver, now: float) -> list[bytes]:
         """Every unacknowledged delivery again, in order: PUBLISH with DUP 1,
-        or PUBREL for the released ones [MQTT-4.4.0-1]."""
+        or PUBREL for the released ones [MQTT-4.4.0-1]. A PUBLISH now larger
+        than the connection's Maximum Packet Size (the client reconnected
+        with a smaller one) is not sent; its delivery ends as if completed
+        [MQTT-3.1.2-25]."""
         out = []
+        maxp = rx.max_packet
+        gone = []
         for pid, d in self.inflight.items():
             if d.state == RELEASED:
                 out.append(_PUBREL.pack(0x62, 2, pid))
+            elif maxp is not None and d.msg.frame_size(rx.level, d.qos, d.sub_ids) > maxp:
+                gone.append(pid)
             else:
                 out.append(d.msg.frame(rx.level, d.qos, pid, dup=True, retain=d.retain,
                                        sub_ids=d.sub_ids, now=now))
+        for pid in gone:
+            del self.inflight[pid]
+        self.too_large += len(gone)
         return out
 
     def ready(self) -> bool:
