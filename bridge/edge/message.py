@@ -18,8 +18,10 @@ sends to one subscriber, following the rules for server-to-client packets:
   matching subscriptions, appended [MQTT-3.3.4-3];
 * to an MQTT 3.x subscriber: no properties (3.x has none).
 
-Times are wall-clock seconds (``time.time()``), passed in: a message keeps
-its arrival time across an edge restart.
+Times are passed in, in the server's clock (the event loop's): a message
+recovered after a restart gets its capture record's wall-clock arrival time
+converted to that clock (``bridge.edge.journal``), so its expiry counts
+from when it really arrived.
 """
 
 from __future__ import annotations
@@ -74,10 +76,11 @@ class Message:
     """One accepted PUBLISH, shared by all its deliveries.
 
     ``origin``: the publishing Client Identifier (No Local); ``received``:
-    wall-clock arrival; ``expiry``: the Message Expiry Interval received
+    arrival; ``expiry``: the Message Expiry Interval received
     (None: none); ``ref``: (partition, offset) of its capture record, once
     appended; ``ready``: its record is durable (no subscriber sees a message
-    before that). ``size``: payload bytes (queue bounds)."""
+    before that). ``size``: payload bytes (queue bounds). ``received`` is in
+    the server's clock (see the module docstring)."""
 
     __slots__ = ("topic", "qos", "retain", "origin", "received", "expiry", "ref", "ready",
                  "_topic_b", "_props", "_exp_at", "payload", "size", "_cache")

@@ -362,11 +362,6 @@ def test_mqtt_3_1_2_25_a_re_send_larger_than_the_new_connections_maximum_is_not_
     assert box.too_large == 1 and list(box.inflight) == [2, 3]  # as if completed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Outbox.resend re-sends every unacknowledged PUBLISH whatever the Receive Maximum of the "
-    "new connection (MQTT 5.0 section 4.9: the send quota is re-initialized with each Network "
-    "Connection); the excess should wait, and go out with DUP=1 as acknowledgements free the "
-    "window (Mosquitto moves it back to its queue)"))
 def test_mqtt_3_3_4_9_re_sends_respect_the_receive_maximum_of_the_new_connection():
     box = box_with(1, 1, 1)
     box.pump(Receiver(5, 3), 0.0)
