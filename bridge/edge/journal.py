@@ -184,10 +184,10 @@ class Replayer:
     def record(self, r, ptype: int, h: dict, cid: str) -> None:
         """One capture record (not rejected) from client ``cid``."""
         if ptype == 3:
-            if h.get("dup") == b"1":
+            if h.get("dup") == b"1" or not self.router.tree:
                 return
             msg = message_of_record(r, self.clock_offset, h)
-            if msg is not None and self.router.sessions:
+            if msg is not None:
                 self.router.route(msg, lambda c: c in self.live)
             return
         s = self.live.get(cid)
