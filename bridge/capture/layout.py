@@ -8,6 +8,8 @@
       durable          the high watermark: per partition, the next offset
                        whose records are all fsynced (readers read up to here)
       consumers/       one <name>.json per consumer: committed offsets
+      holds/           one <name>.json per holder: offsets retention must keep
+                       (the edge's persistent sessions; never a consumer)
       p0/ ... p<N-1>/  segments and indexes
 
 ``durable`` is 8 bytes of magic, one u64 per partition and a CRC-32 of both,

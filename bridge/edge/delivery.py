@@ -171,14 +171,36 @@ class Outbox:
 
     def resend(self, rx: Receiver, now: float) -> list[bytes]:
         """Every unacknowledged delivery again, in order: PUBLISH with DUP 1,
-        or PUBREL for the released ones [MQTT-4.4.0-1]."""
+        or PUBREL for the released ones [MQTT-4.4.0-1], within the new
+        connection's window: the send quota starts afresh with each
+        connection (MQTT 5.0 section 4.9), so PUBLISHes beyond it go back to
+        the front of the queue and leave, still with DUP 1 and their Packet
+        Identifiers, as acknowledgements free the window [MQTT-3.3.4-9]. A
+        PUBLISH now larger than the connection's Maximum Packet Size (the
+        client reconnected with a smaller one) is not sent; its delivery
+        ends as if completed [MQTT-3.1.2-25]."""
         out = []
+        maxp = rx.max_packet
+        keep: dict[int, Delivery] = {}
+        back: list[Delivery] = []
         for pid, d in self.inflight.items():
             if d.state == RELEASED:
                 out.append(_PUBREL.pack(0x62, 2, pid))
+                keep[pid] = d
+            elif maxp is not None and d.msg.frame_size(rx.level, d.qos, d.sub_ids) > maxp:
+                self.too_large += 1
+            elif len(keep) >= rx.receive_maximum:
+                d.state = QUEUED
+                d.dup = True
+                back.append(d)
             else:
                 out.append(d.msg.frame(rx.level, d.qos, pid, dup=True, retain=d.retain,
                                        sub_ids=d.sub_ids, now=now))
+                keep[pid] = d
+        self.inflight = keep
+        if back:
+            self.queue.extendleft(reversed(back))
+            self.queued_bytes += sum(d.msg.size for d in back)
         return out
 
     def ready(self) -> bool:

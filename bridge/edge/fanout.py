@@ -29,7 +29,7 @@ import logging
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from bridge.edge.message import Message
+from bridge.edge.message import Message, publish_parts
 
 if TYPE_CHECKING:
     from bridge.edge.connection import Connection
@@ -46,9 +46,15 @@ class FanOut:
     def _route(self, frame: bytes, level: int, topic: str | None, origin: str, ack) -> None:
         """``frame`` (an accepted PUBLISH) was appended with ``ack``."""
         router = self.router
+        if topic is None:
+            _first, t0, t1, _p0, _pay = publish_parts(frame, level)
+            topic = frame[t0:t1].decode()
+        m = router.tree.match(topic)
+        if not m:
+            return  # nobody subscribed: no message is built
         msg = Message.from_frame(frame, level, topic=topic, origin=origin,
                                  received=self.loop.time(), ref=(ack.partition, ack.offset))
-        targets = router.route(msg, self._connected)
+        targets = router.deliver(msg, m, self._connected)
         if not targets:
             return
         fut: Future = ack.future

@@ -171,8 +171,9 @@ class Replayer:
         self.router = router
         self.live = live
         self.clock_offset = clock_offset
-        #: client ids whose connection was seen during the replay
-        self.connected_seen: set[str] = set()
+        #: client ids connected at some point of the replay: those connected
+        #: when it starts (at the snapshot) and those whose CONNECT it reads
+        self.connected_seen: set[str] = set(live)
 
     def connect(self, client: ClientSession, present: bool) -> None:
         if not present:
@@ -183,10 +184,10 @@ class Replayer:
     def record(self, r, ptype: int, h: dict, cid: str) -> None:
         """One capture record (not rejected) from client ``cid``."""
         if ptype == 3:
-            if h.get("dup") == b"1":
+            if h.get("dup") == b"1" or not self.router.tree:
                 return
             msg = message_of_record(r, self.clock_offset, h)
-            if msg is not None and self.router.sessions:
+            if msg is not None:
                 self.router.route(msg, lambda c: c in self.live)
             return
         s = self.live.get(cid)

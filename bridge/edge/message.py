@@ -18,8 +18,10 @@ sends to one subscriber, following the rules for server-to-client packets:
   matching subscriptions, appended [MQTT-3.3.4-3];
 * to an MQTT 3.x subscriber: no properties (3.x has none).
 
-Times are wall-clock seconds (``time.time()``), passed in: a message keeps
-its arrival time across an edge restart.
+Times are passed in, in the server's clock (the event loop's): a message
+recovered after a restart gets its capture record's wall-clock arrival time
+converted to that clock (``bridge.edge.journal``), so its expiry counts
+from when it really arrived.
 """
 
 from __future__ import annotations
@@ -74,10 +76,11 @@ class Message:
     """One accepted PUBLISH, shared by all its deliveries.
 
     ``origin``: the publishing Client Identifier (No Local); ``received``:
-    wall-clock arrival; ``expiry``: the Message Expiry Interval received
+    arrival; ``expiry``: the Message Expiry Interval received
     (None: none); ``ref``: (partition, offset) of its capture record, once
     appended; ``ready``: its record is durable (no subscriber sees a message
-    before that). ``size``: payload bytes (queue bounds)."""
+    before that). ``size``: payload bytes (queue bounds). ``received`` is in
+    the server's clock (see the module docstring)."""
 
     __slots__ = ("topic", "qos", "retain", "origin", "received", "expiry", "ref", "ready",
                  "_topic_b", "_props", "_exp_at", "payload", "size", "_cache")
@@ -160,27 +163,38 @@ class Message:
         """The PUBLISH for one subscriber at protocol ``level`` (see the
         module docstring). ``pid`` is required when ``qos`` > 0."""
         first = 0x30 | (8 if dup else 0) | (qos << 1) | (1 if retain else 0)
+        plain = self.expiry is None and not sub_ids
+        if plain:
+            # the common case: the same bytes for every subscriber but the
+            # Packet Identifier (cached per level, QoS, DUP and RETAIN)
+            key = (level == 5, first)
+            parts = self._cache.get(key)
+            if parts is None:
+                tail = self._tail(level, self._props)
+                body = len(self._topic_b) + (2 if qos else 0) + len(tail)
+                head = bytes((first,)) + encode_varint(body) + self._topic_b
+                parts = self._cache[key] = (head, tail)
+            if qos:
+                return parts[0] + _U16.pack(pid) + parts[1]
+            return parts[0] + parts[1]
+        props = self._props
         if level == 5:
             left = None if self.expiry is None else self.remaining(now)
-            if left is None and not sub_ids:
-                tail = self._cache.get(5)
-                if tail is None:
-                    tail = self._cache[5] = (encode_varint(len(self._props)) + self._props
-                                             + self.payload)
-            else:
-                props = self._props
-                if left is not None:
-                    at = self._exp_at
-                    props = props[:at] + _U32.pack(max(left, 0)) + props[at + 4:]
-                if sub_ids:
-                    props = props + b"".join(b"\x0b" + encode_varint(s) for s in sub_ids)
-                tail = encode_varint(len(props)) + props + self.payload
-        else:
-            tail = self.payload
+            if left is not None:
+                at = self._exp_at
+                props = props[:at] + _U32.pack(max(left, 0)) + props[at + 4:]
+            if sub_ids:
+                props = props + b"".join(b"\x0b" + encode_varint(s) for s in sub_ids)
+        tail = self._tail(level, props)
         head = self._topic_b
         if qos:
             head = head + _U16.pack(pid)
         return bytes((first,)) + encode_varint(len(head) + len(tail)) + head + tail
+
+    def _tail(self, level: int, props: bytes) -> bytes:
+        if level == 5:
+            return encode_varint(len(props)) + props + self.payload
+        return self.payload
 
     def frame_size(self, level: int, qos: int, sub_ids: tuple[int, ...] = ()) -> int:
         """The size :meth:`frame` would have (Maximum Packet Size checks)."""

@@ -102,7 +102,12 @@ class Router:
         (once each). ``connected(client_id)``: the session has a live
         connection (shared subscriptions prefer those; disconnected
         persistent sessions queue only QoS 1/2)."""
-        m = self.tree.match(msg.topic)
+        return self.deliver(msg, self.tree.match(msg.topic), connected)
+
+    def deliver(self, msg: Message, m, connected: Callable[[str], bool] = lambda cid: True
+                ) -> list[ClientSession]:
+        """:meth:`route` with the tree's ``m = tree.match(msg.topic)`` done
+        already (the server matches before it builds the message)."""
         if not m.direct and not m.shared:
             return []
         sessions = self.sessions

@@ -316,7 +316,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
                 conn.last_fut = fut
                 if a.qos2 is not None:
                     a.captured(ack.partition, ack.offset, ack.seq)
-                if a.deliver is not None and self.router.sessions:
+                if a.deliver is not None and self.router.tree:
                     self._route(a.frame, conn.session.level, a.deliver, conn.session.client_id,
                                 ack)
                 if a.reply is not None:

@@ -52,9 +52,10 @@ class Harness:
 
     def __init__(self, limits: Limits | None = None, *, conn_id: str = "c1",
                  store: SessionStore | None = None, log=None, now: float = 0.0,
-                 auto_accept: bool = True, busy: bool = False) -> None:
+                 auto_accept: bool = True, busy: bool = False, router=None) -> None:
         self.now = now
-        self.session = Session(conn_id, "127.0.0.1:40000", limits or Limits(), now, busy=busy)
+        self.session = Session(conn_id, "127.0.0.1:40000", limits or Limits(), now, busy=busy,
+                               router=router)
         self.store = store if store is not None else SessionStore()
         self.log = log
         self.auto_accept = auto_accept
