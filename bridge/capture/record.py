@@ -44,6 +44,7 @@ __all__ = [
     "check_record",
     "decode_headers",
     "decode_record",
+    "Headers",
     "encode_headers",
     "encode_record",
     "partition_for",
@@ -74,12 +75,7 @@ def partition_for(partition_key: str, partitions: int) -> int:
     return zlib.crc32(partition_key.encode("utf-8")) % partitions
 
 
-def encode_headers(headers: Iterable[tuple[str, bytes]]) -> tuple[bytes, int]:
-    """Encode caller headers; returns (blob, count).
-
-    Keys must be listed in ``schemas.capture.HEADER_KEYS``; ``seq`` is set by
-    the log and may not be given. Values are bytes.
-    """
+def _encode_parts(headers: Iterable[tuple[str, bytes]]) -> tuple[bytes, bytes, int]:
     table: list[bytes] = []
     data: list[bytes] = []
     for k, v in headers:
@@ -96,7 +92,56 @@ def encode_headers(headers: Iterable[tuple[str, bytes]]) -> tuple[bytes, int]:
     n = len(table)
     if n > 0xFFFF:
         raise ValueError(f"too many capture headers: {n}")
-    return b"".join(table + data), n
+    return b"".join(table), b"".join(data), n
+
+
+class Headers(list):
+    """A list of (key, bytes) capture headers that keeps its encoding, for
+    headers appended with many records (a connection's): the log encodes
+    them once. :meth:`plus` returns a new :class:`Headers` with more pairs,
+    encoding only those. Treat it as read-only once encoded (a plain list
+    made from it, e.g. by ``+``, is encoded afresh)."""
+
+    __slots__ = ("_enc",)
+
+    def __init__(self, pairs: Iterable[tuple[str, bytes]] = ()) -> None:
+        super().__init__(pairs)
+        self._enc: tuple[bytes, bytes, int, bytes] | None = None
+
+    def _parts(self) -> tuple[bytes, bytes, int, bytes]:
+        enc = self._enc
+        if enc is None:
+            table, data, n = _encode_parts(self)
+            enc = self._enc = (table, data, n, table + data)
+        return enc
+
+    def encoded(self) -> tuple[bytes, int]:
+        enc = self._parts()
+        return enc[3], enc[2]
+
+    def plus(self, extra: list[tuple[str, bytes]]) -> "Headers":
+        h = Headers(self)
+        h.extend(extra)
+        t0, d0, n0, _blob = self._parts()
+        t1, d1, n1 = _encode_parts(extra)
+        if n0 + n1 > 0xFFFF:
+            raise ValueError(f"too many capture headers: {n0 + n1}")
+        t, d = t0 + t1, d0 + d1
+        h._enc = (t, d, n0 + n1, t + d)
+        return h
+
+
+def encode_headers(headers: Iterable[tuple[str, bytes]]) -> tuple[bytes, int]:
+    """Encode caller headers; returns (blob, count).
+
+    Keys must be listed in ``schemas.capture.HEADER_KEYS``; ``seq`` is set by
+    the log and may not be given. Values are bytes. A :class:`Headers`
+    list is encoded once and then reused.
+    """
+    if type(headers) is Headers:
+        return headers.encoded()
+    table, data, n = _encode_parts(headers)
+    return table + data, n
 
 
 def decode_headers(buf, pos: int, length: int, count: int) -> list[tuple[str, bytes]]:

@@ -20,6 +20,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from bridge.config import EdgeConfig
+from bridge.capture.record import Headers
 from bridge.edge import rules as edge_rules
 from bridge.edge.actions import Action, Capture, Close, ConnectRequest, Send
 from bridge.edge.records import redact_password
@@ -103,7 +104,7 @@ class ConnectHandshake:
             self.expiry_s = props.session_expiry_interval or 0
         else:
             self.expiry_s = 0 if p.clean_start else NEVER_EXPIRES
-        self._headers = self._base_headers(b"client")
+        self._headers = Headers(self._base_headers(b"client"))  # encoded once per connection
         check_client_id(p)  # raises [MQTT-3.1.3-8] (0x85)
         if level == 5 and props.authentication_method is not None:
             raise edge_rules.edge_violation(

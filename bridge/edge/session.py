@@ -82,7 +82,7 @@ from bridge.edge.records import REJECT_RECORD_BYTES, redact_password, reject_rec
 from bridge.edge.router import Router
 from bridge.edge.state import ClientSession
 from bridge.edge.subscribing import SubscriberFlows
-from bridge.mqtt import Connect, IncompleteData, MqttError, Publish
+from bridge.mqtt import Connect, IncompleteData, MqttError, PubAck, Publish
 from bridge.mqtt.codec import decode_packet
 from bridge.mqtt.fixed_header import PacketType
 from bridge.mqtt.rules import SECOND_CONNECT, violation
@@ -116,6 +116,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         #: the subscriptions of every session (shared by all connections of a server)
         self.router = router if router is not None else Router()
         self.granted = []
+        self._pump_due = False
         self.remote = remote
         self.limits = limits
         self._receive_maximum = limits.receive_maximum
@@ -200,6 +201,8 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         used = self._process(memoryview(data), actions)
         if used < len(data) and self.state != CLOSED:
             buf += data[used:]
+        if self._pump_due:
+            self._pump_if_due(actions)
         return actions
 
     def _process_buffer(self) -> list[Action]:
@@ -214,6 +217,8 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
             buf.clear()
         else:
             del buf[:used]
+        if self._pump_due:
+            self._pump_if_due(actions)
         return actions
 
     def _process(self, view: memoryview, actions: list[Action]) -> int:
@@ -232,7 +237,23 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                 if state is not CONNECTED and state is not AWAIT_CONNECT:
                     break
                 level = self.level
-                if level == 5 and view[pos] >> 4 == 15:
+                b0 = view[pos]
+                if b0 == 0x40 and state is CONNECTED and end - pos >= 4 and view[pos + 1] == 2:
+                    # the 4-byte PUBACK of a subscriber (the commonest frame at
+                    # QoS 1 fan-out): no codec call; Packet Identifier 0 is
+                    # left to the codec's error [MQTT-2.2.1-5]
+                    pid = (view[pos + 2] << 8) | view[pos + 3]
+                    if pid:
+                        frame = view[pos:pos + 4].tobytes()
+                        pos += 4
+                        frames += 1
+                        try:
+                            self._subscriber_ack(PubAck, pid, 0, frame, actions)
+                        except MqttError as err:
+                            self._reject(memoryview(frame), err, actions)
+                            return end
+                        continue
+                if level == 5 and b0 >> 4 == 15:
                     # The edge accepts no Authentication Method, so any AUTH
                     # is a session fault, whatever its content [MQTT-4.12.0-7].
                     self._reject(view[pos:], violation(

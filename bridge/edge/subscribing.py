@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import struct
 
+from bridge.capture.record import Headers
 from bridge.edge import rules as edge_rules
 from bridge.edge.actions import Action, Capture, Notice, Send
 from bridge.edge.delivery import AckMismatch, Receiver
@@ -49,6 +50,12 @@ __all__ = ["SubscriberFlows"]
 _U16 = struct.Struct(">H")
 _ACK = struct.Struct(">BBH")
 _ACK_RC = struct.Struct(">BBHB")
+
+
+def _plus(headers: list, extra: list) -> list:
+    """``headers + extra``, keeping a connection's encoded headers (the
+    capture log encodes a :class:`Headers` once)."""
+    return headers.plus(extra) if type(headers) is Headers else headers + extra
 
 
 class SubscriberFlows:
@@ -90,8 +97,8 @@ class SubscriberFlows:
             codes.append(qos)
         body = _U16.pack(p.packet_id) + (b"\x00" if level == 5 else b"") + bytes(codes)
         suback = encode_fixed_header(0x90, len(body)) + body
-        actions.append(Capture(frame, self._headers + [("granted", bytes(codes).hex().encode())],
-                               suback))
+        actions.append(Capture(frame, _plus(self._headers,
+                                            [("granted", bytes(codes).hex().encode())]), suback))
         if refused:
             actions.append(Notice(f"SUBSCRIBE packet id {p.packet_id}: {len(refused)} of "
                                   f"{len(codes)} filters refused: " + "; ".join(refused)))
@@ -111,12 +118,16 @@ class SubscriberFlows:
 
     # -------------------------------------------------------------- acks
     def _on_subscriber_ack(self, p, frame: bytes, actions: list[Action]) -> None:
-        """PUBACK / PUBREC / PUBCOMP from the client (answers to the edge's
-        PUBLISH and PUBREL). Returns after capturing it; sends what the
-        freed window allows."""
+        """PUBACK / PUBREC / PUBCOMP from the client (decoded by the codec)."""
+        self._subscriber_ack(type(p), p.packet_id, p.reason_code, frame, actions)
+
+    def _subscriber_ack(self, t, pid: int, reason_code: int, frame: bytes,
+                        actions: list[Action]) -> None:
+        """An answer to the edge's PUBLISH or PUBREL (``t``: PubAck, PubRec
+        or PubComp): the frame is captured; sending what the freed window
+        allows is left to the end of the received chunk (one pump per
+        chunk, not per acknowledgement)."""
         box = self.client.outbox if self.client is not None else None
-        t = type(p)
-        pid = p.packet_id
         level = self.level
         d = None
         if box is not None:
@@ -124,28 +135,34 @@ class SubscriberFlows:
                 if t is PubAck:
                     d = box.puback(pid)
                 elif t is PubRec:
-                    d = box.pubrec(pid, p.reason_code)
+                    d = box.pubrec(pid, reason_code)
                 else:
                     d = box.pubcomp(pid)
             except AckMismatch as exc:
                 raise edge_rules.edge_violation(
                     edge_rules.ACK_MISMATCH, str(exc), protocol_level=level,
-                    packet_type=PacketType(type(p).packet_type)) from None
+                    packet_type=PacketType(t.packet_type)) from None
         headers = self._headers
         if d is not None and d.msg.ref is not None:
-            headers = headers + [("ack_ref", f"{d.msg.ref[0]}:{d.msg.ref[1]}".encode())]
+            headers = _plus(headers, [("ack_ref", f"{d.msg.ref[0]}:{d.msg.ref[1]}".encode())])
         reply = None
         if t is PubRec:
             if d is not None:
-                if p.reason_code < 0x80:
+                if reason_code < 0x80:
                     reply = _ACK.pack(0x62, 2, pid)
-            elif p.reason_code < 0x80:
+            elif reason_code < 0x80:
                 # answers nothing the edge sent; a sender must still answer
                 # PUBREC < 0x80 with PUBREL [MQTT-4.3.3-4]: 0x92 in MQTT 5
                 reply = _ACK_RC.pack(0x62, 3, pid, 0x92) if level == 5 else _ACK.pack(0x62, 2, pid)
         actions.append(Capture(frame, headers, reply))
-        if d is not None and (t is not PubRec or p.reason_code >= 0x80):
-            actions.extend(self.deliver(self._last_rx))  # the window has room again
+        if d is not None and (t is not PubRec or reason_code >= 0x80):
+            self._pump_due = True  # the window has room again
+
+    def _pump_if_due(self, actions: list[Action]) -> None:
+        """End of a received chunk: send what acknowledgements made room for."""
+        if self._pump_due:
+            self._pump_due = False
+            actions.extend(self.deliver(self._last_rx))
 
     # -------------------------------------------------------------- sending
     def receiver(self) -> Receiver:
