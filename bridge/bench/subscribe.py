@@ -154,7 +154,7 @@ def rss_bytes(pid: int) -> int | None:
 
 def _start(server: str, args: argparse.Namespace, workdir: Path, tag: str):
     if server == "edge":
-        return start_edge(args, workdir / f"data-{tag}")
+        return start_edge(args, workdir / f"data-{tag}", profile=os.environ.get("LAKEGATE_BENCH_EDGE_PROFILE"))
     return start_mosquitto(workdir)
 
 

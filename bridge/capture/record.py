@@ -64,6 +64,7 @@ MAX_RECORD_BYTES = 300 * 1024 * 1024
 
 #: Header keys the caller may pass; ``seq`` is the log's own.
 _CALLER_KEYS = frozenset(HEADER_KEYS) - {"seq"}
+_KEY_BYTES = {k: k.encode("ascii") for k in _CALLER_KEYS}
 _SEQ = "seq"
 
 
@@ -123,6 +124,13 @@ class Headers(list):
         h = Headers(self)
         h.extend(extra)
         t0, d0, n0, _blob = self._parts()
+        if len(extra) == 1 and n0 < 0xFFFF:  # the usual case: one known key, bytes
+            k, v = extra[0]
+            kb = _KEY_BYTES.get(k)
+            if kb is not None and type(v) is bytes:
+                t, d = t0 + _HENTRY.pack(len(kb), len(v)), d0 + kb + v
+                h._enc = (t, d, n0 + 1, t + d)
+                return h
         t1, d1, n1 = _encode_parts(extra)
         if n0 + n1 > 0xFFFF:
             raise ValueError(f"too many capture headers: {n0 + n1}")

@@ -83,7 +83,7 @@ class Message:
     the server's clock (see the module docstring)."""
 
     __slots__ = ("topic", "qos", "retain", "origin", "received", "expiry", "ref", "ready",
-                 "_topic_b", "_props", "_exp_at", "payload", "size", "_cache")
+                 "_topic_b", "_props", "_exp_at", "payload", "size", "_cache", "_ref_b")
 
     def __init__(self, topic: str, qos: int, retain: bool, payload: bytes, props: bytes = b"",
                  *, origin: str = "", received: float = 0.0, expiry: int | None = None,
@@ -103,6 +103,15 @@ class Message:
         self._props = props      # raw MQTT 5 properties, without any Topic Alias
         self._exp_at = exp_at    # offset of the expiry's 4-byte value in _props (-1: none)
         self._cache: dict = {}
+        self._ref_b: bytes | None = None
+
+    @property
+    def ref_header(self) -> bytes:
+        """``partition:offset`` of the capture record (the ``ack_ref`` header)."""
+        rb = self._ref_b
+        if rb is None:
+            rb = self._ref_b = f"{self.ref[0]}:{self.ref[1]}".encode()
+        return rb
 
     @classmethod
     def from_frame(cls, frame: bytes, level: int, *, topic: str | None = None, origin: str = "",

@@ -144,7 +144,7 @@ class SubscriberFlows:
                     packet_type=PacketType(t.packet_type)) from None
         headers = self._headers
         if d is not None and d.msg.ref is not None:
-            headers = _plus(headers, [("ack_ref", f"{d.msg.ref[0]}:{d.msg.ref[1]}".encode())])
+            headers = _plus(headers, [("ack_ref", d.msg.ref_header)])
         reply = None
         if t is PubRec:
             if d is not None:
