@@ -288,34 +288,60 @@ class CaptureLog:
         hblob, hcount = encode_headers(headers)
         ts = time.time_ns() // 1000 if timestamp_us is None else int(timestamp_us)
         p = partition_for(partition_key, self.partitions)
-        size = record_size(key, value, hblob)
         with self._lock:
             self._check_writable()
-            if self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
-                self._wait_for_room(size, timeout)
-            offset = self._next_offset[p]
-            seq = self._next_seq
-            rec = encode_record(offset, seq, ts, bytes(key), bytes(value), hblob, hcount)
-            self._next_offset[p] = offset + 1
-            self._next_seq = seq + 1
-            g = self._group
-            g.records[p].append(rec)
-            g.count += 1
-            g.nbytes += size
-            self._pending_bytes += size
-            self.stats["appends"] += 1
-            if g.count == 1:
-                g.first_ns = time.monotonic_ns()
-                self._wake.set()  # the flusher starts the group's interval
-            if g.count >= self.fsync_records:
-                self._seal_locked()
-            ack = Ack(p, offset, seq, g.future)
+            ack = self._append_locked(p, ts, key, value, hblob, hcount, timeout)
         if self._committing:
             # The flusher is between system calls of a commit and needs the
             # GIL back after each one; a caller appending in a tight loop
             # would make it wait a whole switch interval (5 ms) every time.
             time.sleep(0)
         return ack
+
+    def append_many(self, partition_key: str, key: bytes,
+                    items: list[tuple[bytes, Iterable[tuple[str, bytes]]]],
+                    timeout: float | None = None) -> list[Ack]:
+        """Append several records of one connection (``items``: (value,
+        headers) pairs) as :meth:`append` would one by one, in order, taking
+        the lock once (the edge appends a chunk's acknowledgements so)."""
+        if not isinstance(key, (bytes, bytearray)):
+            raise TypeError("capture append: key and value must be bytes")
+        encoded = []
+        for value, headers in items:
+            if not isinstance(value, (bytes, bytearray)):
+                raise TypeError("capture append: key and value must be bytes")
+            encoded.append((value, *encode_headers(headers)))
+        ts = time.time_ns() // 1000
+        p = partition_for(partition_key, self.partitions)
+        with self._lock:
+            self._check_writable()
+            acks = [self._append_locked(p, ts, key, v, hb, hc, timeout) for v, hb, hc in encoded]
+        if self._committing:
+            time.sleep(0)  # (see append)
+        return acks
+
+    def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hblob: bytes, hcount: int,
+                       timeout: float | None) -> Ack:
+        size = record_size(key, value, hblob)
+        if self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
+            self._wait_for_room(size, timeout)
+        offset = self._next_offset[p]
+        seq = self._next_seq
+        rec = encode_record(offset, seq, ts, bytes(key), bytes(value), hblob, hcount)
+        self._next_offset[p] = offset + 1
+        self._next_seq = seq + 1
+        g = self._group
+        g.records[p].append(rec)
+        g.count += 1
+        g.nbytes += size
+        self._pending_bytes += size
+        self.stats["appends"] += 1
+        if g.count == 1:
+            g.first_ns = time.monotonic_ns()
+            self._wake.set()  # the flusher starts the group's interval
+        if g.count >= self.fsync_records:
+            self._seal_locked()
+        return Ack(p, offset, seq, g.future)
 
     def _seal_locked(self) -> None:
         """Hand the open group to the flusher (caller holds _lock)."""

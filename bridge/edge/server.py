@@ -96,6 +96,11 @@ log = logging.getLogger("bridge.edge")
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
+def _plain(a: Capture) -> bool:
+    """A record with no reply and no state or delivery attached."""
+    return a.reply is None and a.qos2 is None and a.release is None and a.deliver is None
+
+
 def _base36(n: int) -> str:
     out = ""
     while True:
@@ -301,8 +306,30 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         q = conn.queue
         key = conn.session.key
         fwd_mode = self.forward is not None
-        for a in actions:
+        i = 0
+        n = len(actions)
+        while i < n:
+            a = actions[i]
+            i += 1
             t = type(a)
+            if t is Capture and a.reply is None and _plain(a) and i < n \
+                    and type(actions[i]) is Capture and _plain(actions[i]):
+                # a run of records that nothing waits on (a subscriber's
+                # acknowledgements, mostly): appended under one lock
+                j = i
+                while j < n and type(actions[j]) is Capture and _plain(actions[j]):
+                    j += 1
+                try:
+                    acks = self.log.append_many(conn.conn_id, key, [
+                        (c.frame, c.headers) for c in actions[i - 1:j]])
+                except CaptureError as exc:
+                    self.log_failed(exc)
+                    if conn.transport is not None:
+                        conn.transport.abort()
+                    return
+                conn.last_fut = acks[-1].future
+                i = j
+                continue
             if t is Capture:
                 try:
                     ack = append(conn.conn_id, key, a.frame,

@@ -23,3 +23,19 @@ def test_headers_encode_as_the_plain_list(extra):
 def test_unknown_keys_are_refused_on_the_fast_path_too():
     with pytest.raises(ValueError, match="unknown capture header key 'nope'"):
         encode_headers(Headers(BASE).plus([("nope", b"x")]))
+
+
+def test_append_many_is_append_one_by_one(tmp_path):
+    from bridge.capture import CaptureLog, LogReader
+
+    with CaptureLog.open(tmp_path / "a", partitions=2) as log:
+        acks = log.append_many("conn-1", b"dev", [(b"\x40\x02\x00\x01", Headers(BASE)),
+                                                  (b"\x40\x02\x00\x02", BASE + [("ack_ref", b"0:3")])])
+        one = log.append("conn-1", b"dev", b"\x40\x02\x00\x03", BASE)
+        log.flush()
+    assert [a.offset for a in acks + [one]] == [0, 1, 2] and len({a.partition for a in acks}) == 1
+    assert [a.seq for a in acks + [one]] == [0, 1, 2]
+    reader = LogReader(tmp_path / "a")
+    recs = list(reader.records(one.partition, 0, 3))
+    assert [r.value for r in recs] == [b"\x40\x02\x00\x01", b"\x40\x02\x00\x02", b"\x40\x02\x00\x03"]
+    assert dict(recs[1].stored_headers)["ack_ref"] == b"0:3"
