@@ -321,17 +321,19 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:g} s")
 
 
-def start_mosquitto(workdir: Path) -> tuple[subprocess.Popen, int]:
-    """A Mosquitto on a free loopback port with a temporary configuration."""
+def start_mosquitto(workdir: Path, settings: str = "max_inflight_messages 0\nmax_queued_messages 0\n",
+                    name: str = "mosquitto.conf") -> tuple[subprocess.Popen, int]:
+    """A Mosquitto on a free loopback port with a temporary configuration
+    (``workdir/name``): no persistence, plus ``settings`` (configuration
+    lines; by default no in-flight and queue limits, as ``bench edge`` wants)."""
     binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto"
                                            if os.path.exists("/usr/sbin/mosquitto") else None)
     if binary is None:
         raise RuntimeError("mosquitto is not installed (scripts/services up installs it)")
     port = _free_port()
-    conf = workdir / "mosquitto.conf"
+    conf = workdir / name
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-                    "max_inflight_messages 0\nmax_queued_messages 0\n"
-                    "log_dest stderr\nlog_type error\nlog_type warning\n")
+                    f"{settings}log_dest stderr\nlog_type error\nlog_type warning\n")
     proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     _wait_port(port, proc, "mosquitto")

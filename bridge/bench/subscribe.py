@@ -60,7 +60,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bridge.bench.edge import _cpu_seconds, _free_port, _stop, _wait_port, start_edge
+from bridge.bench.edge import _cpu_seconds, _stop, start_edge
+from bridge.bench.edge import start_mosquitto as _start_mosquitto
 from bridge.bench.subload import FanOut, Refused, idle_sessions
 from bridge.config import Config
 
@@ -116,20 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------- servers
 def start_mosquitto(workdir: Path) -> tuple[subprocess.Popen, int]:
-    """A Mosquitto on a free loopback port with this bench's configuration
-    file (in ``workdir``); stop it with :func:`bridge.bench.edge._stop`."""
-    binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto"
-                                           if os.path.exists("/usr/sbin/mosquitto") else None)
-    if binary is None:
-        raise RuntimeError("mosquitto is not installed (scripts/services up installs it)")
-    port = _free_port()
-    conf = workdir / "mosquitto-subscribe.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-                    "log_dest stderr\nlog_type error\nlog_type warning\n")
-    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    _wait_port(port, proc, "mosquitto")
-    return proc, port
+    """A Mosquitto on a free loopback port with its own defaults (20 in flight
+    and 1,000 queued per client, as the edge's) and no persistence; stop it
+    with :func:`bridge.bench.edge._stop`."""
+    return _start_mosquitto(workdir, settings="", name="mosquitto-subscribe.conf")
 
 
 def rss_bytes(pid: int) -> int | None:

@@ -33,7 +33,6 @@ from bridge.edge.message import Message, publish_parts
 
 if TYPE_CHECKING:
     from bridge.edge.connection import Connection
-    from bridge.edge.state import ClientSession
 
 __all__ = ["FanOut"]
 

@@ -31,13 +31,13 @@ from bridge.mqtt import (
     Connect, Disconnect, MqttError, PingReq, PubAck, PubComp, PubRec, PubRel, Publish, Subscribe,
     Unsubscribe, check_payload_format, check_topic_alias,
 )
-from bridge.mqtt.fixed_header import PacketType, encode_fixed_header
+from bridge.mqtt.fixed_header import PacketType
 from bridge.mqtt.rules import (
     DISCONNECT_SESSION_EXPIRY, RECEIVE_MAXIMUM_EXCEEDED, RETAIN_NOT_SUPPORTED, SECOND_CONNECT,
     TOPIC_ALIAS_UNMAPPED, violation,
 )
 
-__all__ = ["InboundFlows", "encode_suback", "encode_unsuback"]
+__all__ = ["InboundFlows"]
 
 _ACK = struct.Struct(">BBH")
 _ACK_PACK = _ACK.pack
@@ -246,18 +246,3 @@ class InboundFlows:
         self.close_reason = why
         self.state = CLOSED
         actions.append(Close(why))
-
-
-
-def encode_suback(packet_id: int, count: int, level: int) -> bytes:
-    """A SUBACK refusing ``count`` topic filters (0x80 Unspecified error /
-    3.1.1 Failure; MQTT 3.1 has no failure code and gets 0x80 as well)."""
-    body = packet_id.to_bytes(2, "big") + (b"\x00" if level == 5 else b"") + b"\x80" * count
-    return encode_fixed_header(0x90, len(body)) + body
-
-
-def encode_unsuback(packet_id: int, count: int) -> bytes:
-    """An MQTT 5 UNSUBACK with 0x11 No subscription existed for each filter."""
-    body = packet_id.to_bytes(2, "big") + b"\x00" + b"\x11" * count
-    return encode_fixed_header(0xB0, len(body)) + body
-

@@ -77,7 +77,7 @@ from bridge.edge.handshake import (  # MQTT_MAX_PACKET, CONNECTING...: importabl
     AWAIT_CONNECT, CLOSED, CONNECTED, CONNECTING, MQTT_MAX_PACKET, ConnectHandshake, Limits,
     version_name,
 )
-from bridge.edge.inbound import InboundFlows, encode_suback, encode_unsuback  # (the same)
+from bridge.edge.inbound import InboundFlows
 from bridge.edge.records import REJECT_RECORD_BYTES, redact_password, reject_record
 from bridge.edge.router import Router
 from bridge.edge.state import ClientSession

@@ -42,7 +42,7 @@ from bridge.edge.actions import Action, Capture, Notice, Send
 from bridge.edge.delivery import AckMismatch, Receiver
 from bridge.edge.handshake import CONNECTED
 from bridge.edge.topics import Sub
-from bridge.mqtt import PubAck, PubComp, PubRec, Subscribe, Unsubscribe
+from bridge.mqtt import PubAck, PubRec, Subscribe, Unsubscribe
 from bridge.mqtt.fixed_header import PacketType, encode_fixed_header
 
 __all__ = ["SubscriberFlows"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bridge.edge.acl import AclFile, AclFileError, AclWatcher, covers, overlaps, topic_matches
+from tests.waiting import wait_for
 
 GOOD = """\
 # lakegate ACL test file
@@ -353,11 +354,8 @@ class _Broker:
     log: Path
 
     def wait_log(self, line: str, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while line not in self.log.read_text(errors="replace"):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"mosquitto did not log {line!r}")
-            time.sleep(0.02)
+        wait_for(lambda: line in self.log.read_text(errors="replace"), timeout,
+                 f"mosquitto to log {line!r}")
 
 
 def _free_port() -> int:
@@ -422,11 +420,7 @@ class _Client:
         self.c.loop_start()
 
     def wait(self, cond, what: str, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.01)
+        wait_for(cond, timeout, what, poll=0.01)
 
     def publish(self, topic: str, qos: int = 1) -> int:
         info = self.c.publish(topic, b"x", qos=qos)
