@@ -121,8 +121,9 @@ class Headers(list):
         return enc[3], enc[2]
 
     def plus(self, extra: list[tuple[str, bytes]]) -> "Headers":
-        h = Headers(self)
-        h.extend(extra)
+        h = Headers.__new__(Headers)
+        list.extend(h, self)
+        list.extend(h, extra)
         t0, d0, n0, _blob = self._parts()
         if len(extra) == 1 and n0 < 0xFFFF:  # the usual case: one known key, bytes
             k, v = extra[0]

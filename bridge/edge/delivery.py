@@ -120,9 +120,12 @@ class Outbox:
         if qos:
             pid = self.next_k % 65535 + 1
             self.next_k += 1
-        self.queue.append(Delivery(msg, qos, retain, sub_ids, pid))
+        q = self.queue
+        q.append(Delivery(msg, qos, retain, sub_ids, pid))
         self.queued_bytes += msg.size
-        return self._bound()
+        if len(q) > self.max_messages or self.queued_bytes > self.max_bytes:
+            return self._bound()
+        return 0
 
     def _bound(self) -> int:
         q = self.queue

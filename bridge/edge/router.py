@@ -119,6 +119,17 @@ class Router:
             s = sessions.get(cid)
             if s is None:
                 continue
+            if len(subs) == 1:  # the usual case: one matching subscription
+                sub = subs[0]
+                if sub.no_local and cid == origin:  # [MQTT-3.8.3-3]
+                    continue
+                if self._push(s, msg, min(sub.qos, msg.qos),
+                              sub.retain_as_published and msg.retain,
+                              () if sub.sub_id is None else (sub.sub_id,), acl, connected):
+                    if cid not in seen:
+                        seen.add(cid)
+                        out.append(s)
+                continue
             qos = -1
             retain = False
             ids: list[int] = []
