@@ -50,7 +50,7 @@ from bridge.mqtt.codec import decode_packet
 if TYPE_CHECKING:
     from bridge.edge.state import ClientSession, SessionStore
 
-__all__ = ["Replayer", "hold_floor", "restore", "session_doc"]
+__all__ = ["Replayer", "hold_floor", "record_headers", "restore", "session_doc"]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ def _message_at(reader, cache: dict, p: int, o: int, clock_offset: float) -> Mes
     return msg
 
 
-def _headers(record) -> dict[str, bytes]:
+def record_headers(record) -> dict[str, bytes]:
+    """A capture record's headers as a dict (the first value of a key wins)."""
     out: dict[str, bytes] = {}
     for k, v in record.stored_headers:
         out.setdefault(k, v)
@@ -118,7 +119,7 @@ def message_of_record(r, clock_offset: float = 0.0, h: dict | None = None) -> Me
     v = r.value
     if not v or v[0] >> 4 != 3:
         return None
-    h = _headers(r) if h is None else h
+    h = record_headers(r) if h is None else h
     if "reject" in h:
         return None
     level = int(h.get("proto", b"4"))

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from bridge.capture.errors import OffsetOutOfRangeError
 from bridge.edge.actions import WillMessage, will_publish
-from bridge.edge.journal import Replayer, hold_floor, restore
+from bridge.edge.journal import Replayer, hold_floor, record_headers, restore
 from bridge.edge.router import Router
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry, SessionStore
 from bridge.mqtt import Connect, Disconnect, MqttError, Publish
@@ -131,13 +131,6 @@ def write_snapshot(state_dir: str | os.PathLike[str], sessions: dict, offsets: l
     return path
 
 
-def _headers(record) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for k, v in record.stored_headers:
-        out.setdefault(k, v)
-    return out
-
-
 def replay(reader, store: SessionStore, start: list[int], end: list[int],
            now_wall: float | None = None, wills: dict[str, WillMessage] | None = None,
            router: Router | None = None, clock_offset: float = 0.0) -> int:
@@ -177,11 +170,11 @@ def replay(reader, store: SessionStore, start: list[int], end: list[int],
         if ptype == 3 and (v[0] >> 1) & 3 != 2 and subs is None:
             # QoS 0/1 PUBLISH: only a captured Will matters, and only when one is owed
             if wills and r.key.decode("utf-8", "replace") in wills:
-                h = _headers(r)
+                h = record_headers(r)
                 if h.get("origin") == b"will" and "reject" not in h:
                     del wills[r.key.decode("utf-8", "replace")]
             continue
-        h = _headers(r)
+        h = record_headers(r)
         if "reject" in h:
             continue
         cid = r.key.decode("utf-8", "replace")

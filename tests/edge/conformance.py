@@ -145,6 +145,15 @@ def listed_differences(doc: Path) -> dict[tuple[str, str, str], tuple[str, str]]
     return rows
 
 
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close a replay connection; a peer that is already gone is fine."""
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass
+
 async def _read_packet(reader: asyncio.StreamReader) -> bytes:
     """One MQTT packet (fixed header + body); b"" at EOF."""
     first = await reader.read(1)
@@ -253,11 +262,7 @@ async def _run_one(host: str, port: int, v: Vector) -> Outcome:
     except (ConnectionError, asyncio.IncompleteReadError) as exc:
         return Outcome(v, False, f"connection error: {type(exc).__name__}")
     finally:
-        writer.close()
-        try:
-            await writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
+        await _close(writer)
 
 
 async def _helper_publish(host: str, port: int, v: Vector, msg: HelperPublish) -> str:
@@ -306,11 +311,7 @@ async def _helper_publish(host: str, port: int, v: Vector, msg: HelperPublish) -
     except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
         return f"connection error: {type(exc).__name__}"
     finally:
-        writer.close()
-        try:
-            await writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
+        await _close(writer)
 
 
 def _client_id(v: Vector) -> str:

@@ -9,7 +9,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -382,16 +381,17 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory):
     proc = subprocess.Popen([MOSQUITTO, "-c", str(d / "mosquitto.conf")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 5
-        while True:
+        def listening() -> bool:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
+                return True
             except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
-                    pytest.fail(f"mosquitto did not start on port {port}: {err[-500:]}")
-                time.sleep(0.05)
+                return proc.poll() is not None  # exited: stop waiting, fail below
+
+        wait_for(listening, 5, f"mosquitto to listen on port {port}", poll=0.05)
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")
+            pytest.fail(f"mosquitto did not start on port {port}: {err[-500:]}")
         yield _Broker(port, d / "log")
     finally:
         proc.terminate()
