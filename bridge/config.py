@@ -165,8 +165,10 @@ class CaptureConfig:
     stream: str = "mqtt-frames"
     partitions: int = 4
     segment_bytes: int = 64 * 1024 * 1024
-    #: Group commit: fsync at most this many ms after the first pending append...
-    fsync_interval_ms: int = 5
+    #: Group commit: what is pending is fsynced at once when the last commit
+    #: started this many ms ago or more, else when that interval is over (at
+    #: most one commit per interval under load)...
+    fsync_interval_ms: int = 2
     #: ...or as soon as this many appends are pending.
     fsync_records: int = 1000
     #: Back-pressure: appends wait once this many bytes are not yet written.

@@ -11,7 +11,7 @@ __all__ = ["CAPTURE_RECORD_DDL", "HEADER_KEYS", "TIMESTAMP_TYPE_LOG_APPEND"]
 
 CAPTURE_RECORD_DDL = (
     "key BINARY, "             # MQTT client id (UTF-8)
-    "value BINARY, "           # the raw MQTT frame, byte for byte
+    "value BINARY, "           # the raw MQTT frame, byte for byte (header ack_refs: a run of PUBACKs)
     "topic STRING, "           # the capture stream's name
     "partition INT, "
     "offset BIGINT, "          # dense within a partition
@@ -41,4 +41,7 @@ HEADER_KEYS = {
     "reject_error": "with reject: the error message",
     "granted": "on a SUBSCRIBE: the SUBACK's reason codes, one byte per filter, as hex",
     "ack_ref": "on a subscriber's PUBACK/PUBREC/PUBCOMP: partition:offset of the message acknowledged",
+    "ack_refs": "on a run of a subscriber's 4-byte PUBACKs captured as one record (the frames "
+                "back to back): partition:offset of each one's message, space-separated, '-' for "
+                "none; the job skips these records (valid acknowledgements, nothing for a table)",
 }

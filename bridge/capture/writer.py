@@ -12,10 +12,12 @@ fsyncs them, then completes the acks of the whole group together::
     await ack.wait_async()                  # the same from asyncio
     log.close()                             # fsyncs everything
 
-Group commit: the flusher commits when ``fsync_interval_ms`` have passed
-since the first record of the group was appended, or as soon as
-``fsync_records`` records are pending (or on ``flush()``/``close()``, or when
-an append waits for room). Durable means fsynced (``fdatasync``): it
+Group commit: the flusher commits what is pending at once when the last
+commit started ``fsync_interval_ms`` or more ago (a record appended after a
+quiet moment waits for one fsync only), otherwise when that interval is
+over: at most one commit per interval, each taking what arrived meanwhile.
+It commits early when ``fsync_records`` records are pending (and on
+``flush()``/``close()``, or when an append waits for room). Durable means fsynced (``fdatasync``): it
 survives SIGKILL of this process and a power cut of an honest disk.
 
 Back-pressure: records count as pending from ``append`` until durable. An
@@ -110,13 +112,12 @@ class Ack:
 class _Group:
     """Records appended since the last group commit started."""
 
-    __slots__ = ("records", "count", "nbytes", "first_ns", "future")
+    __slots__ = ("records", "count", "nbytes", "future")
 
     def __init__(self, partitions: int) -> None:
         self.records: list[list[bytes]] = [[] for _ in range(partitions)]
         self.count = 0
         self.nbytes = 0
-        self.first_ns = 0
         self.future: Future = Future()
 
 
@@ -137,6 +138,11 @@ class CaptureLog:
         self.retention_age_s = retention_age_s
         self.retention_bytes = retention_bytes
         self.retention_check_interval_s = retention_check_interval_s
+        #: an append during a commit releases the GIL (``time.sleep(0)``) so
+        #: that the flusher is not held up by an appender in a tight loop;
+        #: an appender that releases it often by itself (the edge's event
+        #: loop: every socket call) sets False and saves the system call
+        self.yield_to_flusher = True
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # appends waiting for room wait here
         #: set when the flusher has work: a group was sealed or started, flush, close
@@ -146,6 +152,7 @@ class CaptureLog:
         self._durable: list[int] = []
         self._next_seq = 0
         self._group = _Group(partitions)  # the open group (appends go here)
+        self._pcache: dict[str, int] = {}  # partition key -> partition (_partition_of)
         #: sealed groups, oldest first, waiting for the flusher; appended under
         #: _lock, popped by the flusher without it (deque ops are atomic)
         self._sealed: collections.deque[_Group] = collections.deque()
@@ -287,11 +294,11 @@ class CaptureLog:
             raise TypeError("capture append: key and value must be bytes")
         hblob, hcount = encode_headers(headers)
         ts = time.time_ns() // 1000 if timestamp_us is None else int(timestamp_us)
-        p = partition_for(partition_key, self.partitions)
+        p = self._partition_of(partition_key)
         with self._lock:
             self._check_writable()
             ack = self._append_locked(p, ts, key, value, hblob, hcount, timeout)
-        if self._committing:
+        if self._committing and self.yield_to_flusher:
             # The flusher is between system calls of a commit and needs the
             # GIL back after each one; a caller appending in a tight loop
             # would make it wait a whole switch interval (5 ms) every time.
@@ -312,13 +319,24 @@ class CaptureLog:
                 raise TypeError("capture append: key and value must be bytes")
             encoded.append((value, *encode_headers(headers)))
         ts = time.time_ns() // 1000
-        p = partition_for(partition_key, self.partitions)
+        p = self._partition_of(partition_key)
         with self._lock:
             self._check_writable()
             acks = [self._append_locked(p, ts, key, v, hb, hc, timeout) for v, hb, hc in encoded]
-        if self._committing:
+        if self._committing and self.yield_to_flusher:
             time.sleep(0)  # (see append)
         return acks
+
+    def _partition_of(self, partition_key: str) -> int:
+        """:func:`partition_for`, remembered for the last few thousand keys
+        (a connection appends under one key many times)."""
+        cache = self._pcache
+        p = cache.get(partition_key)
+        if p is None:
+            if len(cache) >= 4096:
+                cache.clear()
+            p = cache[partition_key] = partition_for(partition_key, self.partitions)
+        return p
 
     def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hblob: bytes, hcount: int,
                        timeout: float | None) -> Ack:
@@ -337,8 +355,7 @@ class CaptureLog:
         self._pending_bytes += size
         self.stats["appends"] += 1
         if g.count == 1:
-            g.first_ns = time.monotonic_ns()
-            self._wake.set()  # the flusher starts the group's interval
+            self._wake.set()  # the flusher commits it, at once or when the interval is over
         if g.count >= self.fsync_records:
             self._seal_locked()
         return Ack(p, offset, seq, g.future)
@@ -478,15 +495,16 @@ class CaptureLog:
 
         Takes sealed groups without the append lock, so a busy appender
         cannot starve it; seals the open group itself when its interval is
-        over (``fsync_interval_ms`` after its first append)."""
+        over (``fsync_interval_ms`` after the last commit started)."""
         interval_ns = int(self.fsync_interval_ms * 1_000_000)
+        last_ns = time.monotonic_ns() - interval_ns  # start of the last commit
         next_retention = time.monotonic()
         while True:
             self._wake.clear()
             if not self._sealed:
                 g = self._group
                 if g.count:
-                    remaining = g.first_ns + interval_ns - time.monotonic_ns()
+                    remaining = last_ns + interval_ns - time.monotonic_ns()
                     if remaining > 0 and not self._stopping:
                         self._wake.wait(remaining / 1e9)
                         continue
@@ -503,8 +521,10 @@ class CaptureLog:
             groups = []
             while self._sealed:
                 groups.append(self._sealed.popleft())
-            if groups and not self._commit(groups):
-                return
+            if groups:
+                last_ns = time.monotonic_ns()
+                if not self._commit(groups):
+                    return
             if time.monotonic() >= next_retention:
                 next_retention = time.monotonic() + max(self.retention_check_interval_s, 0.001)
                 self.apply_retention()

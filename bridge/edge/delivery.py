@@ -54,6 +54,7 @@ __all__ = ["Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckM
 
 QUEUED, SENT, RELEASED = 0, 1, 2
 _PUBREL = struct.Struct(">BBH")
+_U16 = struct.Struct(">H")
 
 
 class AckMismatch(Exception):
@@ -138,37 +139,50 @@ class Outbox:
         return n
 
     # ------------------------------------------------------------ out
-    def pump(self, rx: Receiver, now: float, limit: int = 1 << 30) -> list[bytes]:
-        """The frames that may be sent now, in order (at most ``limit``
-        frames: the caller's write budget)."""
+    def pump(self, rx: Receiver, now: float) -> list[bytes]:
+        """The frames that may be sent now, in order."""
         q = self.queue
+        if not q:
+            return []
         out: list[bytes] = []
         inflight = self.inflight
         level = rx.level
+        v5 = level == 5
         maxp = rx.max_packet
-        while q and len(out) < limit:
+        room = rx.receive_maximum - len(inflight)
+        pack = _U16.pack
+        freed = 0
+        while q:
             d = q[0]
             msg = d.msg
             if not msg.ready:
                 break
             qos = d.qos
-            if qos:
-                if len(inflight) >= rx.receive_maximum or d.pid in inflight:
-                    break
+            if qos and (room <= 0 or d.pid in inflight):
+                break
             q.popleft()
-            self.queued_bytes -= msg.size
-            left = msg.remaining(now) if msg.expiry is not None else None
-            if left is not None and left <= 0:
-                self.expired += 1  # [MQTT-3.3.2-5]
-                continue
-            if maxp is not None and msg.frame_size(level, qos, d.sub_ids) > maxp:
+            freed += msg.size
+            if msg.expiry is None and not d.sub_ids:
+                # the common case: the bytes every subscriber gets, but the
+                # Packet Identifier
+                head, tail = msg.parts(v5, 0x30 | (8 if d.dup and qos else 0) | (qos << 1)
+                                       | (1 if d.retain else 0))
+                frame = head + pack(d.pid) + tail if qos else head + tail
+            else:
+                if msg.expiry is not None and msg.remaining(now) <= 0:
+                    self.expired += 1  # [MQTT-3.3.2-5]
+                    continue
+                frame = msg.frame(level, qos, d.pid, dup=d.dup and qos > 0, retain=d.retain,
+                                  sub_ids=d.sub_ids, now=now)
+            if maxp is not None and len(frame) > maxp:
                 self.too_large += 1  # [MQTT-3.1.2-25]
                 continue
-            out.append(msg.frame(level, qos, d.pid, dup=d.dup and qos > 0, retain=d.retain,
-                                 sub_ids=d.sub_ids, now=now))
+            out.append(frame)
             if qos:
                 d.state = SENT
                 inflight[d.pid] = d
+                room -= 1
+        self.queued_bytes -= freed
         self.sent += len(out)
         return out
 
@@ -221,6 +235,28 @@ class Outbox:
             raise AckMismatch(f"PUBACK for Packet Identifier {pid}, a QoS 2 delivery")
         del self.inflight[pid]
         return d
+
+    def puback_run(self, pids, refs: list) -> int:
+        """PUBACKs from the subscriber for ``pids``, in order (a received
+        run of them): each ends its QoS 1 delivery as :meth:`puback` does and
+        appends the ``ack_ref`` of its message to ``refs`` (``-`` for an
+        identifier with no delivery, or a message with no capture record).
+        Returns how many were applied: fewer than ``len(pids)`` when the
+        next one names a QoS 2 delivery (left to :meth:`puback`, which
+        raises :class:`AckMismatch`)."""
+        inflight = self.inflight
+        n = 0
+        for pid in pids:
+            d = inflight.get(pid)
+            if d is None:
+                refs.append(b"-")
+            elif d.qos != 1:
+                return n
+            else:
+                del inflight[pid]
+                refs.append(d.msg.ref_header)
+            n += 1
+        return n
 
     def pubrec(self, pid: int, reason_code: int) -> Delivery | None:
         """PUBREC from the subscriber: PUBREL is due (the caller sends it)

@@ -5,7 +5,9 @@ The capture log is the journal of this state, as it is of the QoS 2 state
 (:mod:`bridge.edge.persist`): every SUBSCRIBE is captured with the codes its
 SUBACK granted (``granted``), every UNSUBSCRIBE, every accepted PUBLISH and
 Will (the messages), and every PUBACK / PUBREC / PUBCOMP of a subscriber with
-``ack_ref``, the capture coordinates of the message it acknowledges. The
+``ack_ref``, the capture coordinates of the message it acknowledges (a run
+of 4-byte PUBACKs received together is one record, with ``ack_refs``: one
+coordinate per frame). The
 snapshot stores, per persistent session, its subscriptions and its outbox as
 **positions in the capture log** (partition, offset of each message), never
 copies of messages. On start:
@@ -211,9 +213,19 @@ class Replayer:
                 for tf in p.topic_filters:
                     self.router.unsubscribe(cid, tf)
         elif ptype in (4, 5, 7):
-            ref = h.get("ack_ref")
             box = s.outbox
-            if ref is None or box is None:
+            if box is None:
+                return
+            refs = h.get("ack_refs")
+            if refs is not None:  # a run of 4-byte PUBACKs in one record
+                v = r.value
+                for i, ref in enumerate(refs.split(b" ")):
+                    if ref != b"-":
+                        p_, o_ = (int(x) for x in ref.split(b":"))
+                        self._ack(box, 4, v[4 * i:4 * i + 4], (p_, o_))
+                return
+            ref = h.get("ack_ref")
+            if ref is None:
                 return
             p_, o_ = (int(x) for x in ref.decode().split(":"))
             self._ack(box, ptype, r.value, (p_, o_))

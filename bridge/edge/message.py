@@ -83,7 +83,7 @@ class Message:
     the server's clock (see the module docstring)."""
 
     __slots__ = ("topic", "qos", "retain", "origin", "received", "expiry", "ref", "ready",
-                 "_topic_b", "_props", "_exp_at", "payload", "size", "_cache", "_ref_b")
+                 "_topic_b", "_props", "_exp_at", "payload", "size", "_cache", "ref_header")
 
     def __init__(self, topic: str, qos: int, retain: bool, payload: bytes, props: bytes = b"",
                  *, origin: str = "", received: float = 0.0, expiry: int | None = None,
@@ -103,15 +103,9 @@ class Message:
         self._props = props      # raw MQTT 5 properties, without any Topic Alias
         self._exp_at = exp_at    # offset of the expiry's 4-byte value in _props (-1: none)
         self._cache: dict = {}
-        self._ref_b: bytes | None = None
-
-    @property
-    def ref_header(self) -> bytes:
-        """``partition:offset`` of the capture record (the ``ack_ref`` header)."""
-        rb = self._ref_b
-        if rb is None:
-            rb = self._ref_b = f"{self.ref[0]}:{self.ref[1]}".encode()
-        return rb
+        #: ``partition:offset`` of the capture record (the ``ack_ref``
+        #: header of the subscribers' acknowledgements); ``-`` without one
+        self.ref_header = b"-" if ref is None else b"%d:%d" % ref
 
     @classmethod
     def from_frame(cls, frame: bytes, level: int, *, topic: str | None = None, origin: str = "",
@@ -172,17 +166,8 @@ class Message:
         """The PUBLISH for one subscriber at protocol ``level`` (see the
         module docstring). ``pid`` is required when ``qos`` > 0."""
         first = 0x30 | (8 if dup else 0) | (qos << 1) | (1 if retain else 0)
-        plain = self.expiry is None and not sub_ids
-        if plain:
-            # the common case: the same bytes for every subscriber but the
-            # Packet Identifier (cached per level, QoS, DUP and RETAIN)
-            key = (level == 5, first)
-            parts = self._cache.get(key)
-            if parts is None:
-                tail = self._tail(level, self._props)
-                body = len(self._topic_b) + (2 if qos else 0) + len(tail)
-                head = bytes((first,)) + encode_varint(body) + self._topic_b
-                parts = self._cache[key] = (head, tail)
+        if self.expiry is None and not sub_ids:
+            parts = self.parts(level == 5, first)
             if qos:
                 return parts[0] + _U16.pack(pid) + parts[1]
             return parts[0] + parts[1]
@@ -199,6 +184,21 @@ class Message:
         if qos:
             head = head + _U16.pack(pid)
         return bytes((first,)) + encode_varint(len(head) + len(tail)) + head + tail
+
+    def parts(self, v5: bool, first: int) -> tuple[bytes, bytes]:
+        """The PUBLISH with first byte ``first`` (MQTT 5 when ``v5``) for a
+        message with no expiry and no Subscription Identifier, the common
+        case: the bytes before the Packet Identifier and those after it,
+        the same for every subscriber (cached per level and first byte).
+        Below QoS 1 the frame is the two joined (it has no identifier)."""
+        key = first | 0x100 if v5 else first
+        parts = self._cache.get(key)
+        if parts is None:
+            tail = self._tail(5 if v5 else 4, self._props)
+            body = len(self._topic_b) + (2 if first & 0x06 else 0) + len(tail)
+            head = bytes((first,)) + encode_varint(body) + self._topic_b
+            parts = self._cache[key] = (head, tail)
+        return parts
 
     def _tail(self, level: int, props: bytes) -> bytes:
         if level == 5:

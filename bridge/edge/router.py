@@ -108,45 +108,76 @@ class Router:
                 ) -> list[ClientSession]:
         """:meth:`route` with the tree's ``m = tree.match(msg.topic)`` done
         already (the server matches before it builds the message)."""
-        if not m.direct and not m.shared:
+        found = m.found
+        if not found and not m.shared:
             return []
         sessions = self.sessions
         acl = self.acl() if self.acl is not None else None
         origin = msg.origin
+        mqos = msg.qos
+        mretain = msg.retain
+        push = self._push
         out: list[ClientSession] = []
-        seen: set[str] = set()
-        for cid, subs in m.direct.items():
-            s = sessions.get(cid)
-            if s is None:
-                continue
-            if len(subs) == 1:  # the usual case: one matching subscription
-                sub = subs[0]
+        if len(found) == 1:
+            # one node's subscriptions (the usual case): each client once,
+            # with one matching subscription; _push inlined
+            subs = found[0]
+            for sub in ((subs,) if type(subs) is Sub else subs.values()):
+                cid = sub.client_id
+                s = sessions.get(cid)
+                if s is None:
+                    continue
                 if sub.no_local and cid == origin:  # [MQTT-3.8.3-3]
                     continue
-                if self._push(s, msg, min(sub.qos, msg.qos),
-                              sub.retain_as_published and msg.retain,
-                              () if sub.sub_id is None else (sub.sub_id,), acl, connected):
-                    if cid not in seen:
+                q = sub.qos
+                if q > mqos:
+                    q = mqos
+                if not q and not s.connected:
+                    continue  # QoS 0 is not queued for a disconnected session
+                if acl is not None and not acl.can_read(s.username, cid, msg.topic):
+                    continue
+                box = s.outbox
+                n = (box if box is not None else self.outbox(s)).push(
+                    msg, q, sub.retain_as_published and mretain,
+                    () if sub.sub_id is None else (sub.sub_id,))
+                if n:
+                    self.dropped[cid] = self.dropped.get(cid, 0) + n
+                out.append(s)
+            if not m.shared:
+                return out
+            seen = {s.client_id for s in out}
+        else:
+            seen = set()
+            for cid, subs in m.direct.items():
+                s = sessions.get(cid)
+                if s is None:
+                    continue
+                if len(subs) == 1:  # one matching subscription
+                    sub = subs[0]
+                    if sub.no_local and cid == origin:  # [MQTT-3.8.3-3]
+                        continue
+                    if push(s, msg, min(sub.qos, mqos), sub.retain_as_published and mretain,
+                            () if sub.sub_id is None else (sub.sub_id,), acl, connected):
                         seen.add(cid)
                         out.append(s)
-                continue
-            qos = -1
-            retain = False
-            ids: list[int] = []
-            for sub in subs:
-                if sub.no_local and cid == origin:  # [MQTT-3.8.3-3]
                     continue
-                if sub.qos > qos:
-                    qos = sub.qos
-                if sub.retain_as_published:
-                    retain = True
-                if sub.sub_id is not None:
-                    ids.append(sub.sub_id)
-            if qos < 0:
-                continue
-            if self._push(s, msg, min(qos, msg.qos), retain and msg.retain, tuple(ids), acl,
-                          connected):
-                if cid not in seen:
+                # overlapping subscriptions: one copy at the highest QoS with
+                # every Subscription Identifier (MQTT 5.0 section 3.3.4)
+                qos = -1
+                retain = False
+                ids: list[int] = []
+                for sub in subs:
+                    if sub.no_local and cid == origin:  # [MQTT-3.8.3-3]
+                        continue
+                    if sub.qos > qos:
+                        qos = sub.qos
+                    if sub.retain_as_published:
+                        retain = True
+                    if sub.sub_id is not None:
+                        ids.append(sub.sub_id)
+                if qos < 0:
+                    continue
+                if push(s, msg, min(qos, mqos), retain and mretain, tuple(ids), acl, connected):
                     seen.add(cid)
                     out.append(s)
         for group in m.shared:
@@ -170,7 +201,8 @@ class Router:
             return False  # QoS 0 is not queued for a disconnected session
         if acl is not None and not acl.can_read(s.username, s.client_id, msg.topic):
             return False
-        n = self.outbox(s).push(msg, qos, retain, ids)
+        box = s.outbox
+        n = (box if box is not None else self.outbox(s)).push(msg, qos, retain, ids)
         if n:
             self.dropped[s.client_id] = self.dropped.get(s.client_id, 0) + n
         return True

@@ -64,6 +64,7 @@ parts below):
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import ssl
 import time
@@ -99,6 +100,24 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 def _plain(a: Capture) -> bool:
     """A record with no reply and no state or delivery attached."""
     return a.reply is None and a.qos2 is None and a.release is None and a.deliver is None
+
+
+#: the cyclic garbage collector's first threshold while an edge runs
+#: (CPython's default is 700): a busy edge allocates a few objects per
+#: delivery that die young, and collecting every 700 allocations took about
+#: 7 % of its event loop in the QoS 1 fan-out bench; nothing the edge keeps
+#: relies on the collector (no reference cycles on the delivery path)
+GC_THRESHOLD0 = 10_000
+
+
+def _tune_gc() -> None:
+    """Move what start-up built (recovered sessions, imports) out of the
+    collector's sight (``gc.freeze``) and collect young objects less often
+    (:data:`GC_THRESHOLD0`). Process-wide; done once per edge start."""
+    gc.freeze()
+    t0, t1, t2 = gc.get_threshold()
+    if t0 < GC_THRESHOLD0:
+        gc.set_threshold(GC_THRESHOLD0, t1, t2)
 
 
 def _base36(n: int) -> str:
@@ -193,6 +212,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
                                   self.loop.call_soon_threadsafe)
         if self.log is None:
             self.log = await asyncio.to_thread(CaptureLog.open, cfg.capture_dir, cfg.capture)
+        # the event loop releases the GIL at every socket call: appends need
+        # not yield it to the capture log's flusher
+        self.log.yield_to_flusher = False
         t0 = time.monotonic()
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
@@ -212,6 +234,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
                      w.conn_id, w.client_id, len(w.frame),
                      "now" if w.delay_s <= 0 else f"in {w.delay_s} s unless the client connects")
             self._will(w)
+        _tune_gc()
         if edge.ack_after == "forward":
             self.forward = ForwardWaiter(cfg.data_path, self.log.stream, self.log.partitions)
         loop = self.loop

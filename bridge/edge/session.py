@@ -69,6 +69,8 @@ Every name this module exported before the split is still importable here.
 
 from __future__ import annotations
 
+import re
+
 from bridge.edge import rules as edge_rules
 from bridge.edge.actions import (
     Action, Capture, Close, ConnectRequest, Notice, Send, WillMessage, will_publish,
@@ -105,6 +107,8 @@ __all__ = [
 ]
 
 _KEEPALIVE_FACTOR = 1.5
+#: a run of 4-byte PUBACKs with non-zero Packet Identifiers
+_PUBACK_RUN = re.compile(rb"(?:\x40\x02(?:[^\x00][\x00-\xff]|\x00[^\x00]))+")
 
 
 class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
@@ -117,6 +121,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         self.router = router if router is not None else Router()
         self.granted = []
         self._pump_due = False
+        self._rx = None  # the subscriber's Receiver, once connected
         self.remote = remote
         self.limits = limits
         self._receive_maximum = limits.receive_maximum
@@ -241,7 +246,17 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                 if b0 == 0x40 and state is CONNECTED and end - pos >= 4 and view[pos + 1] == 2:
                     # the 4-byte PUBACK of a subscriber (the commonest frame at
                     # QoS 1 fan-out): no codec call; Packet Identifier 0 is
-                    # left to the codec's error [MQTT-2.2.1-5]
+                    # left to the codec's error [MQTT-2.2.1-5]. A run of them
+                    # is one capture record.
+                    run = _PUBACK_RUN.match(view, pos)
+                    if run is not None and run.end() - pos > 4:
+                        used = self._subscriber_puback_run(view[pos:run.end()].tobytes(),
+                                                           actions)
+                        pos += used
+                        frames += used >> 2
+                        if pos == run.end():
+                            continue
+                        # else a PUBACK for a QoS 2 delivery: the single path says so
                     pid = (view[pos + 2] << 8) | view[pos + 3]
                     if pid:
                         frame = view[pos:pos + 4].tobytes()

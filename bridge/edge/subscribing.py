@@ -50,6 +50,7 @@ __all__ = ["SubscriberFlows"]
 _U16 = struct.Struct(">H")
 _ACK = struct.Struct(">BBH")
 _ACK_RC = struct.Struct(">BBHB")
+_RUN_PID = struct.Struct(">2xH")  # the Packet Identifier of each 4-byte PUBACK in a run
 
 
 def _plus(headers: list, extra: list) -> list:
@@ -158,6 +159,32 @@ class SubscriberFlows:
         if d is not None and (t is not PubRec or reason_code >= 0x80):
             self._pump_due = True  # the window has room again
 
+    def _subscriber_puback_run(self, run: bytes, actions: list[Action]) -> int:
+        """A run of 4-byte PUBACKs (``run``: two or more, back to back, as
+        one read received them) is captured as **one record**: the frames
+        byte for byte, with ``ack_refs`` naming each one's message (see
+        ``schemas/capture.py``). Returns the bytes handled: less than the
+        run when a PUBACK names a QoS 2 delivery, which the caller hands to
+        :meth:`_subscriber_ack` (a Protocol Error [LG-edge-ack-mismatch])."""
+        box = self.client.outbox if self.client is not None else None
+        refs: list[bytes] = []
+        pids = [t[0] for t in _RUN_PID.iter_unpack(run)]
+        if box is None:
+            n = len(pids)
+            refs = [b"-"] * n
+        else:
+            n = box.puback_run(pids, refs)
+            if n:
+                self._pump_due = True
+        if n == 1:
+            headers = self._headers if refs[0] == b"-" else _plus(self._headers,
+                                                                 [("ack_ref", refs[0])])
+            actions.append(Capture(run[:4], headers, None))
+        elif n:
+            actions.append(Capture(run[:4 * n] if 4 * n < len(run) else run,
+                                   _plus(self._headers, [("ack_refs", b" ".join(refs))]), None))
+        return 4 * n
+
     def _pump_if_due(self, actions: list[Action]) -> None:
         """End of a received chunk: send what acknowledgements made room for."""
         if self._pump_due:
@@ -167,13 +194,20 @@ class SubscriberFlows:
     # -------------------------------------------------------------- sending
     def receiver(self) -> Receiver:
         """The subscriber's limits: Receive Maximum (MQTT 5; at most
-        ``edge.max_inflight_messages``), Maximum Packet Size."""
+        ``edge.max_inflight_messages``), Maximum Packet Size. Fixed by the
+        CONNECT, so kept once connected."""
+        rx = self._rx
+        if rx is not None:
+            return rx
         window = self.limits.max_inflight_messages
         if self.level == 5 and self._connect is not None:
             rm = self._connect.properties.receive_maximum
             if rm is not None and rm < window:
                 window = rm
-        return Receiver(self.level, window, self.client_max_packet)
+        rx = Receiver(self.level, window, self.client_max_packet)
+        if self.state == CONNECTED:
+            self._rx = rx
+        return rx
 
     def deliver(self, now: float) -> list[Action]:
         """The PUBLISH frames the outbox allows now, as one Send (nothing

@@ -178,18 +178,49 @@ class SharedGroup:
         return old
 
 
-@dataclasses.dataclass(slots=True)
 class Matches:
-    """The subscriptions a topic matches (the result of :meth:`SubscriptionTree.match`)."""
+    """The subscriptions a topic matches (the result of :meth:`SubscriptionTree.match`).
 
-    #: Client Identifier -> its non-shared subscriptions matching the topic
-    #: (at least one each; several when a client's filters overlap).
-    direct: dict[str, list[Sub]] = dataclasses.field(default_factory=dict)
-    #: Every Shared Subscription group whose filter matches the topic.
-    shared: list[SharedGroup] = dataclasses.field(default_factory=list)
+    ``found`` holds the matching nodes' own containers (a ``Sub`` or a dict
+    Client Identifier -> ``Sub``), not copies: one node's container has a
+    client at most once, so a match with one container needs no grouping
+    (the router's fast path). Read a result before the tree changes."""
+
+    __slots__ = ("found", "shared", "_direct")
+
+    def __init__(self, found: list | None = None, shared: list[SharedGroup] | None = None) -> None:
+        #: the matching nodes' non-shared subscriptions, one container per node
+        self.found: list = [] if found is None else found
+        #: Every Shared Subscription group whose filter matches the topic.
+        self.shared: list[SharedGroup] = [] if shared is None else shared
+        self._direct: dict[str, list[Sub]] | None = None
+
+    @property
+    def direct(self) -> dict[str, list[Sub]]:
+        """Client Identifier -> its non-shared subscriptions matching the
+        topic (at least one each; several when a client's filters overlap)."""
+        d = self._direct
+        if d is None:
+            d = self._direct = {}
+            for subs in self.found:
+                for sub in ((subs,) if type(subs) is Sub else subs.values()):
+                    got = d.get(sub.client_id)
+                    if got is None:
+                        d[sub.client_id] = [sub]
+                    else:
+                        got.append(sub)
+        return d
 
     def __bool__(self) -> bool:
-        return bool(self.direct or self.shared)
+        return bool(self.found or self.shared)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Matches):
+            return NotImplemented
+        return self.direct == other.direct and self.shared == other.shared
+
+    def __repr__(self) -> str:
+        return f"Matches(direct={self.direct!r}, shared={self.shared!r})"
 
 
 class _Node:
@@ -404,25 +435,13 @@ class SubscriptionTree:
             return result
         levels = topic.split("/")
         n = len(levels)
-        direct = result.direct
+        found = result.found
         shared = result.shared
 
         def collect(node: _Node) -> None:
             subs = node.subs
             if subs is not None:
-                if type(subs) is Sub:
-                    got = direct.get(subs.client_id)
-                    if got is None:
-                        direct[subs.client_id] = [subs]
-                    else:
-                        got.append(subs)
-                else:
-                    for cid, sub in subs.items():  # type: ignore[union-attr]
-                        got = direct.get(cid)
-                        if got is None:
-                            direct[cid] = [sub]
-                        else:
-                            got.append(sub)
+                found.append(subs)
             if node.groups:
                 shared.extend(node.groups.values())
 

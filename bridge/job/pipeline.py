@@ -54,13 +54,15 @@ def frame_rows(records: "DataFrame") -> "DataFrame":
     """Capture records (Kafka-shaped) -> frame rows (``schemas.tables.FRAME_ROW_DDL``)."""
     from pyspark.sql import functions as F
 
-    from bridge.job.context import with_context
+    from bridge.job.context import header, with_context
     from bridge.parse.udf import frames_udf
     from schemas.ddl import field_names
     from schemas.frames import PARSED_FRAME_DDL
     from schemas.tables import PARSED_RENAMES
 
-    ctx = with_context(records)
+    # a run of a subscriber's 4-byte PUBACKs captured as one record (header
+    # ack_refs): acknowledgements the edge checked, with no row in any table
+    ctx = with_context(records.where(header("ack_refs").isNull()))
     parsed = ctx.withColumn("_p", frames_udf()(F.col("frame"), F.col("protocol_level"), F.col("alias_topic"), F.col("origin")))
     cols = [F.col(c) for c in ctx.columns]
     cols += [F.col(f"_p.{n}").alias(PARSED_RENAMES.get(n, n)) for n in field_names(PARSED_FRAME_DDL)]

@@ -122,6 +122,21 @@ def decode_packet(
     if not have:
         raise IncompleteData(None, 0)
     b0 = mv[0]
+    if b0 >> 4 == 3 and have >= 2 and mv[1] < 0x80 and protocol_level is not None \
+            and b0 & 0x06 != 0x06 and (not b0 & 0x08 or b0 & 0x06 or protocol_level == 3):
+        # the commonest frame, complete, with a one-byte Remaining Length and
+        # valid flags: what check_first_byte and parse_fixed_header would
+        # find, without them (a PUBLISH may travel either way)
+        end = 2 + mv[1]
+        if end <= have and (max_packet_bytes is None or end <= max_packet_bytes):
+            try:
+                return decode_publish(mv, 2, end, b0 & 0x0F, protocol_level, from_client), end
+            except MqttError as err:
+                if err.protocol_level is None:
+                    err.protocol_level = protocol_level
+                if err.packet_type is None:
+                    err.packet_type = PacketType.PUBLISH
+                raise
     try:
         ptype = check_first_byte(b0, protocol_level, from_client)
         # MQTT-1.5.5-1 (minimal Remaining Length) is MQTT 5's; 3.1.1 section

@@ -30,7 +30,7 @@ from bridge.mqtt.properties import (
 )
 from bridge.mqtt.reader import Reader
 from bridge.mqtt.rules import violation
-from bridge.mqtt.strings import encode_string
+from bridge.mqtt.strings import decode_utf8, encode_string
 
 __all__ = [
     "Publish",
@@ -60,26 +60,58 @@ class Publish(PacketBase):
     payload: bytes = b""
 
 
+# Building a Publish through its slots: the frozen dataclass's __init__
+# assigns each field with object.__setattr__, twice as slow on the hot path.
+_NEW = object.__new__
+_SET = tuple(getattr(Publish, f.name).__set__ for f in dataclasses.fields(Publish))
+
+
+def _publish(dup: bool, qos: int, retain: bool, topic: str, packet_id: int | None,
+             properties: Properties, payload: bytes) -> Publish:
+    p = _NEW(Publish)
+    s_dup, s_qos, s_retain, s_topic, s_pid, s_props, s_payload = _SET
+    s_dup(p, dup)
+    s_qos(p, qos)
+    s_retain(p, retain)
+    s_topic(p, topic)
+    s_pid(p, packet_id)
+    s_props(p, properties)
+    s_payload(p, payload)
+    return p
+
+
 def decode_publish(buf, start: int, end: int, flags: int, level: int,
                    from_client: bool) -> Publish:
     """Decode a PUBLISH body ``buf[start:end]`` with fixed-header ``flags``."""
     qos = (flags >> 1) & 0x03
     if qos == 3:  # also caught from byte 1 by the codec; kept for direct callers
         raise violation("MQTT-3.3.1-4", "PUBLISH has both QoS bits set", packet_type=_PUBLISH)
-    r = Reader(buf, start, end, _PUBLISH)
-    topic = r.string("Topic Name", "MQTT-3.3.2-1")
+    # Topic Name and Packet Identifier read in place; a field cut short is
+    # left to the Reader, which raises the error it names
+    t0 = start + 2
+    if t0 > end:
+        Reader(buf, start, end, _PUBLISH).string("Topic Name", "MQTT-3.3.2-1")
+    pos = t0 + ((buf[start] << 8) | buf[start + 1])
+    if pos > end:
+        Reader(buf, start, end, _PUBLISH).string("Topic Name", "MQTT-3.3.2-1")
+    topic = decode_utf8(buf[t0:pos], "Topic Name", _PUBLISH)
     if "+" in topic or "#" in topic:
         raise violation("MQTT-3.3.2-2", "PUBLISH Topic Name contains a wildcard character",
                         packet_type=_PUBLISH)
     packet_id = None
     if qos:
-        packet_id = r.u16("Packet Identifier")
+        if pos + 2 > end:
+            Reader(buf, pos, end, _PUBLISH).u16("Packet Identifier")
+        packet_id = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
         if packet_id == 0:
             raise violation("MQTT-2.2.1-3" if from_client else "MQTT-2.2.1-4",
                             f"PUBLISH with QoS {qos} has Packet Identifier 0",
                             packet_type=_PUBLISH)
     if level >= 5:
+        r = Reader(buf, pos, end, _PUBLISH)
         properties = decode_properties(r, Scope.PUBLISH)
+        pos = r.pos
         if not topic and properties.topic_alias is None:
             raise violation("LG-topic-name-empty",
                             "PUBLISH has an empty Topic Name and no Topic Alias",
@@ -92,8 +124,8 @@ def decode_publish(buf, start: int, end: int, flags: int, level: int,
             raise violation("LG-topic-name-empty", "PUBLISH has an empty Topic Name",
                             packet_type=_PUBLISH)
         properties = new_properties()
-    return Publish(bool(flags & 0x08), qos, bool(flags & 0x01), topic, packet_id, properties,
-                   r.rest())
+    return _publish(bool(flags & 0x08), qos, bool(flags & 0x01), topic, packet_id, properties,
+                    bytes(buf[pos:end]))
 
 
 def encode_publish(p: Publish, level: int) -> bytes:

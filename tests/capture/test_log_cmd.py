@@ -94,7 +94,7 @@ def test_bench_log_runs_and_reports(tmp_path, capsys):
     for k in ("appends_per_s", "durable_wait_p50_ms", "durable_wait_p99_ms"):
         assert doc["append"][k] > 0
     assert doc["disk"]["seq_write_mb_s"] > 0 and doc["disk"]["fsync_per_s"] > 0
-    assert doc["policy"]["fsync_interval_ms"] == 5  # the default policy
+    assert doc["policy"]["fsync_interval_ms"] == 2  # the default policy
     assert list(tmp_path.iterdir()) == []  # the benchmark's directory is removed
 
 

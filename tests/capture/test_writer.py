@@ -1,4 +1,5 @@
 import asyncio
+import concurrent.futures
 import errno
 import os
 import threading
@@ -80,6 +81,17 @@ def test_group_commit_by_interval_without_flush(tmp_path):
         ack = log.append("c", b"k", b"v")
         ack.wait(timeout=10)
         assert log.durable_offsets()[ack.partition] == ack.offset + 1
+
+
+def test_group_commit_at_once_after_a_quiet_moment_then_at_most_one_per_interval(tmp_path):
+    with open_log(tmp_path, fsync_interval_ms=60_000, fsync_records=1_000_000) as log:
+        first = log.append("c", b"k", b"v")
+        first.wait(timeout=10)  # no commit in the last interval: committed at once
+        second = log.append("c", b"k", b"w")
+        with pytest.raises(concurrent.futures.TimeoutError):
+            second.wait(timeout=0.5)  # the interval since the first commit is not over
+        log.flush()
+        assert second.durable() and log.stats["commits"] == 2
 
 
 def test_seq_and_offsets_continue_after_reopen(tmp_path):

@@ -81,12 +81,6 @@ def test_a_message_not_yet_durable_in_the_middle_lets_the_ones_before_it_go():
     assert topics(box.pump(RX5, 0.0)) == ["t/1", "t/2"]
 
 
-def test_pump_sends_no_more_than_the_write_budget():
-    box = box_with(0, 0, 0, 0)
-    assert topics(box.pump(RX5, 0.0, limit=3)) == ["t/0", "t/1", "t/2"]
-    assert topics(box.pump(RX5, 0.0, limit=3)) == ["t/3"]
-
-
 # ------------------------------------------------------------------ packet identifiers
 def test_packet_identifiers_are_k_mod_65535_plus_1_and_qos_0_takes_none():
     box = Outbox()

@@ -41,3 +41,34 @@ def test_snapshot_stores_positions_and_holds_retention_below_them(run_edge, edge
     got = [decode_packet(sub.packet(), 4, from_client=False)[0] for _ in range(2)]
     assert [(p.topic, p.packet_id, p.qos, p.dup) for p in got] == [
         ("site/1", 1, 1, False), ("site/2", 2, 1, False)]  # never sent: DUP 0
+
+
+def test_replay_of_a_run_of_pubacks_ends_each_delivery_it_names():
+    """A run of 4-byte PUBACKs is one record with ``ack_refs`` (one capture
+    position per frame, ``-`` for an acknowledgement of nothing): the replay
+    ends exactly the deliveries the run named, as the live edge did."""
+    from types import SimpleNamespace
+
+    from bridge.edge.delivery import Receiver
+    from bridge.edge.journal import Replayer, message_of_record
+    from bridge.edge.router import Router
+    from bridge.edge.state import SessionStore
+    from bridge.edge.topics import Sub
+
+    router = Router()
+    store = SessionStore()
+    s, _present = store.open("me", False, 3600, 0.0, 4)
+    router.attach(s)
+    router.subscribe(s, Sub("me", "a/#", 1))
+    frame = encode(Publish(qos=1, topic="a/b", packet_id=9, payload=b"p"), 4)
+    for o in (5, 6, 7):
+        router.route(message_of_record(SimpleNamespace(
+            value=frame, key=b"pub", partition=0, offset=o, timestamp_us=0,
+            stored_headers=[("proto", b"4")])))
+    box = s.outbox
+    assert len(box.pump(Receiver(4, 20), 0.0)) == 3 and list(box.inflight) == [1, 2, 3]
+    run = b"\x40\x02\x00\x01" + b"\x40\x02\x00\x02" + b"\x40\x02\x00\x03"
+    record = SimpleNamespace(value=run, key=b"me", partition=1, offset=0, timestamp_us=0)
+    # identifier 2 acknowledged nothing when it was captured: it stays in flight
+    Replayer(router, {"me": s}).record(record, 4, {"proto": b"4", "ack_refs": b"0:5 - 0:7"}, "me")
+    assert list(box.inflight) == [2]

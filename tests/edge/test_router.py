@@ -266,3 +266,17 @@ def test_a_routed_message_reaches_the_subscriber_as_a_publish_frame():
     r.route(Message("a/b", 2, True, b"body", origin="p", ready=True))
     (frame,) = s.outbox.pump(Receiver(5, 10), 0.0)
     assert frame == b"\x32\x0e\x00\x03a/b\x00\x01\x02\x0b\x04body"
+
+
+def test_a_session_in_one_nodes_subscriptions_and_in_a_shared_group_is_returned_once():
+    """The fast path (every match at one node) and a Shared Subscription
+    group: the session gets both deliveries and appears once among the
+    sessions to pump."""
+    r = Router()
+    a, b = session(r, "a"), session(r, "b")
+    sub(r, a, "a/+", 1)
+    sub(r, b, "a/+", 1)
+    sub(r, a, "$share/g/a/b", 1)
+    got = r.route(msg(qos=1))
+    assert sorted(s.client_id for s in got) == ["a", "b"] and len(got) == 2
+    assert len(queued(a)) == 2 and len(queued(b)) == 1

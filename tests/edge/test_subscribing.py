@@ -207,6 +207,41 @@ def test_lg_edge_ack_mismatch_a_wrong_kind_of_acknowledgement_closes(level, qos,
         assert out == b""  # 3.x has no DISCONNECT from the server: closed
 
 
+@pytest.mark.parametrize("level", [3, 4, 5])
+def test_a_run_of_pubacks_read_together_is_one_capture_record_with_ack_refs(level):
+    h = client(level)
+    subscribe(h, "a/b")
+    for n in (5, 6, 7):
+        route(h, qos=1, n=n)
+    assert [p.packet_id for p in sent(h)] == [1, 2, 3]
+    before = len(h.records)
+    run = ack(PubAck, 1, level) + ack(PubAck, 2, level) + ack(PubAck, 99, level) \
+        + ack(PubAck, 3, level)
+    assert len(run) == 16  # 4-byte PUBACKs at every level
+    h.feed(run)
+    assert len(h.records) == before + 1 and h.closed is None
+    assert h.frames()[-1] == run  # the frames byte for byte, in order
+    assert h.headers()["ack_refs"] == b"0:5 0:6 - 0:7"  # 99 acknowledges nothing
+    assert "ack_ref" not in h.headers() and h.replies[-1] is None
+    assert len(h.session.client.outbox) == 0
+    assert h.session.frames_in >= 4
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_lg_edge_ack_mismatch_a_puback_for_a_qos_2_delivery_inside_a_run(level):
+    h = client(level)
+    subscribe(h, "a/b")
+    route(h, qos=1, n=5)
+    route(h, qos=2, n=6)
+    h.take()
+    h.feed(ack(PubAck, 1, level) + ack(PubAck, 2, level) + ack(PubAck, 3, level))
+    # the PUBACK before it is captured as usual, the offending one as rejected
+    assert h.frames()[-2] == ack(PubAck, 1, level) and h.headers(-2)["ack_ref"] == b"0:5"
+    assert h.frames()[-1] == ack(PubAck, 2, level)
+    assert h.headers()["reject"] == b"LG-edge-ack-mismatch"
+    assert h.closed is not None and h.closed.startswith("[LG-edge-ack-mismatch]")
+
+
 def test_acknowledgements_of_nothing_are_captured_without_ack_ref():
     h = client(5)
     subscribe(h, "a/b")

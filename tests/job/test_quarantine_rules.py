@@ -45,3 +45,42 @@ def test_mqtt_3_2_2_15_mqtt_1_5_4_2_mqtt_3_1_4_2_edge_rejections_are_quarantined
         ("refused", 1, "MQTT-3.1.4-2", 0x86, None)]           # well-formed, refused: the parser finds nothing
     assert q[1]["error"].startswith("[MQTT-3.2.2-15] ") and q[1]["parser_error"].startswith("[LG-truncated] ")
     assert b"nope" not in q[2]["frame"]
+
+
+def test_a_subscribers_run_of_pubacks_in_one_record_is_skipped_not_quarantined(spark, tmp_path):
+    """The edge captures a run of a subscriber's 4-byte PUBACKs as one record
+    (``ack_refs``): valid acknowledgements with no row in any table. The job
+    skips it; without that the parser would quarantine the run as trailing
+    bytes after the first frame."""
+    from bridge.edge.message import Message
+    from bridge.edge.router import Router
+    from bridge.mqtt import Subscribe, Subscription, encode
+
+    cfg = load_config(None, [f"data_dir={tmp_path}", "capture.partitions=1", "amqp.url="], env={})
+    log = CaptureLog.open(cfg.capture_dir, cfg.capture)
+    router = Router()
+    sub = Harness(conn_id="sub", log=log, router=router)
+    sub.feed(connect(4, client_id="sub"))
+    sub.feed(encode(Subscribe(1, [Subscription("a/#", 1)]), 4))
+    pub = Harness(conn_id="pub", log=log, router=router)
+    pub.feed(connect(4, client_id="pub"))
+    for i in (1, 2, 3):
+        frame = publish(4, "a/b", b"m%d" % i, 1, packet_id=i)
+        pub.feed(frame)
+        router.route(Message.from_frame(frame, 4, origin="pub", ref=(0, len(pub.records)),
+                                        ready=True))
+    sub.take()
+    sub.perform(sub.session.deliver(0.0))
+    assert len(sub.take()) > 0
+    sub.feed(b"\x40\x02\x00\x01\x40\x02\x00\x02\x40\x02\x00\x03")
+    assert dict(sub.records[-1][1])["ack_refs"].count(b" ") == 2
+    log.close()
+
+    query = start_query(spark, cfg, once=True)
+    try:
+        assert query.awaitTermination(240), "the job did not finish within 240 s"
+    finally:
+        release(spark)
+    engine = DeltaRsEngine(cfg.tables_dir)
+    assert engine.arrow("quarantine").num_rows == 0
+    assert sorted(r["payload"] for r in engine.arrow("messages").to_pylist()) == [b"m1", b"m2", b"m3"]

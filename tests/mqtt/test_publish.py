@@ -421,3 +421,47 @@ def test_lg_payload_format_invalid_helper():
     check_payload_format(Publish(topic="t", payload=b"\xff"))
     check_payload_format(Publish(topic="t", payload="é".encode(),
                                  properties=Properties(payload_format_indicator=1)))
+
+
+# A PUBLISH with a one-byte Remaining Length takes the codec's fast path; the
+# same frame with the Remaining Length in two bytes (allowed in 3.1 and
+# 3.1.1, section 2.2.3) takes the general one. Both must give the same
+# packet, or the same error with the same rule.
+_BODIES = [
+    (0x30, b"\x00\x03a/b" + b"hello"),                  # QoS 0
+    (0x32, b"\x00\x03a/b\x00\x07" + b"x" * 64),         # QoS 1
+    (0x3D, b"\x00\x03a/b\x00\x07" + b"x"),              # QoS 2, DUP, RETAIN
+    (0x38, b"\x00\x03a/bp"),                            # DUP with QoS 0 [MQTT-3.3.1-2] in 3.1.1
+    (0x36, b"\x00\x03a/b\x00\x07"),                     # QoS 3 [MQTT-3.3.1-4]
+    (0x32, b"\x00\x03a/+\x00\x07"),                     # wildcard [MQTT-3.3.2-2]
+    (0x30, b"\x00\x00p"),                               # empty Topic Name
+    (0x32, b"\x00\x03a/b\x00\x00"),                     # Packet Identifier 0 [MQTT-2.2.1-3]
+    (0x30, b"\x00\x09a/b"),                             # Topic Name past the end
+    (0x32, b"\x00\x03a/b\x00"),                         # Packet Identifier cut short
+    (0x30, b"\x00"),                                    # no Topic Name length
+    (0x30, b"\x00\x02\xc3\x28"),                        # not UTF-8 [MQTT-1.5.4-1]
+    (0x30, b"\x00\x02a\x00"),                           # U+0000 [MQTT-1.5.4-2]
+]
+
+
+def _outcome(frame: bytes, level: int):
+    from bridge.mqtt import MqttError
+    from bridge.mqtt.codec import decode_packet
+
+    try:
+        packet, _used = decode_packet(frame, level)
+    except MqttError as err:
+        return ("error", err.rule, err.reason_code, err.packet_type, err.protocol_level, str(err))
+    return ("ok", packet)
+
+
+@pytest.mark.parametrize("level", [3, 4])
+@pytest.mark.parametrize("b0, body", _BODIES)
+def test_publish_fast_path_agrees_with_the_general_decoder(level, b0, body):
+    short = bytes((b0, len(body))) + body
+    long = bytes((b0, 0x80 | len(body), 0x00)) + body  # the same length in two bytes
+    fast, slow = _outcome(short, level), _outcome(long, level)
+    if fast[0] == "ok":
+        assert slow[0] == "ok" and fast[1] == slow[1]
+    else:
+        assert fast == slow
