@@ -155,6 +155,12 @@ class EdgeConfig:
     #: Subscriptions one client may hold; a SUBSCRIBE beyond it is refused
     #: per filter (SUBACK 0x97 Quota exceeded; 3.x 0x80).
     max_subscriptions_per_client: int = 1000
+    #: Retained messages on SUBSCRIBE come from the ``retained`` table: how
+    #: often (seconds) the edge looks for a newer version of it.
+    retained_refresh_s: float = 1.0
+    #: Payloads and properties of retained messages read from the table's
+    #: files and kept in memory, at most this many bytes (loading fills it).
+    retained_cache_bytes: int = 67108864
 
 
 @dataclass
@@ -345,6 +351,8 @@ _POSITIVE = {
     "edge.max_queued_messages",
     "edge.max_queued_bytes",
     "edge.max_subscriptions_per_client",
+    "edge.retained_cache_bytes",
+    "edge.retained_refresh_s",
     "job.max_records_per_trigger",
     "spark.shuffle_partitions",
 }

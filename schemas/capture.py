@@ -40,6 +40,8 @@ HEADER_KEYS = {
     "reject_code": "with reject: the reason code the edge sent (decimal)",
     "reject_error": "with reject: the error message",
     "granted": "on a SUBSCRIBE: the SUBACK's reason codes, one byte per filter, as hex",
+    "retained_k": "on a SUBSCRIBE: the Packet Identifiers the retained messages it brought took "
+                  "(decimal), so that a replay of the log numbers later deliveries alike",
     "ack_ref": "on a subscriber's PUBACK/PUBREC/PUBCOMP: partition:offset of the message acknowledged",
     "ack_refs": "on a run of a subscriber's 4-byte PUBACKs captured as one record (the frames "
                 "back to back): partition:offset of each one's message, space-separated, '-' for "

@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
         self.buffered = 0  # bytes of an incomplete frame the session holds (as last counted)
         self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
         self.frames_at = 0  # session.frames_in when partial_since was set
+        self.pump_soon = False  # a pump is scheduled (EdgeServer.pump_soon)
 
     # ------------------------------------------------------------ asyncio
     def connection_made(self, transport) -> None:

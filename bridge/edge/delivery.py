@@ -50,10 +50,14 @@ from typing import NamedTuple
 
 from bridge.edge.message import Message
 
-__all__ = ["Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckMismatch"]
+__all__ = ["Barrier", "Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckMismatch"]
 
 QUEUED, SENT, RELEASED = 0, 1, 2
 _PUBREL = struct.Struct(">BBH")
+#: retained messages a pump hands out at most (then it asks to be called
+#: again, ``Outbox.more``), and per take at QoS 0 (no window to bound it)
+_REPLAY_BUDGET = 500
+_REPLAY_CHUNK = 100
 _U16 = struct.Struct(">H")
 
 
@@ -68,6 +72,26 @@ class Receiver(NamedTuple):
     level: int
     receive_maximum: int
     max_packet: int | None = None
+
+
+class Barrier:
+    """Something in an outbox's queue that is not a message but hands out
+    deliveries when :meth:`Outbox.pump` reaches it (a retained replay,
+    ``bridge.edge.retained.replay.Replay``); live deliveries queue behind it.
+    ``qos_cap``: the highest QoS of what it hands out (0: no window bounds it)."""
+
+    ready = False
+    size = 0
+    ref = None
+    expiry = None
+    qos_cap = 0
+
+    @property
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def take(self, n: int) -> list[Delivery]:
+        raise NotImplementedError
 
 
 class Delivery:
@@ -109,6 +133,10 @@ class Outbox:
         self.expired = 0
         self.too_large = 0
         self.sent = 0
+        #: retained replays in the queue (bridge.edge.retained.replay)
+        self.replays = 0
+        #: the last pump stopped at its replay budget: pump again soon
+        self.more = False
 
     def __len__(self) -> int:
         return len(self.queue) + len(self.inflight)
@@ -131,12 +159,37 @@ class Outbox:
     def _bound(self) -> int:
         q = self.queue
         n = 0
-        while q and (len(q) > self.max_messages or self.queued_bytes > self.max_bytes):
-            d = q.popleft()
-            self.queued_bytes -= d.msg.size
-            n += 1
+        if self.replays:
+            # a retained replay and what it handed out are never dropped (the
+            # replay would be cut short): the oldest live deliveries go
+            over = len(q) - self.max_messages
+            kept = collections.deque()
+            for d in q:
+                if (over > 0 or self.queued_bytes > self.max_bytes) and type(d) is Delivery \
+                        and not isinstance(d.msg, Barrier):
+                    self.queued_bytes -= d.msg.size
+                    n += 1
+                    over -= 1
+                else:
+                    kept.append(d)
+            self.queue = kept
+        else:
+            while q and (len(q) > self.max_messages or self.queued_bytes > self.max_bytes):
+                d = q.popleft()
+                self.queued_bytes -= d.msg.size
+                n += 1
         self.dropped += n
         return n
+
+    def add_replay(self, replay) -> None:
+        """Queue a retained replay (``bridge.edge.retained.replay.Replay``)
+        behind what is queued: it reserves the Packet Identifiers of its
+        QoS 1/2 deliveries now, and hands them out as :meth:`pump` gets to
+        it. Live deliveries pushed later queue behind it."""
+        replay.k = self.next_k
+        self.next_k += replay.count
+        self.queue.append(Delivery(replay, 0, True, (), None))
+        self.replays += 1
 
     # ------------------------------------------------------------ out
     def pump(self, rx: Receiver, now: float) -> list[bytes]:
@@ -152,11 +205,31 @@ class Outbox:
         room = rx.receive_maximum - len(inflight)
         pack = _U16.pack
         freed = 0
+        budget = _REPLAY_BUDGET
+        self.more = False
         while q:
             d = q[0]
             msg = d.msg
             if not msg.ready:
-                break
+                if not self.replays or not isinstance(msg, Barrier):
+                    break
+                # a retained replay: its next deliveries go before it
+                if msg.qos_cap and room <= 0:
+                    break
+                if budget <= 0:
+                    self.more = True
+                    break
+                q.popleft()
+                more = msg.take(min(max(room, 1) if msg.qos_cap else _REPLAY_CHUNK, budget))
+                budget -= len(more) or 1
+                if msg.done:
+                    self.replays -= 1
+                else:
+                    q.appendleft(d)
+                for x in reversed(more):
+                    q.appendleft(x)
+                    self.queued_bytes += x.msg.size
+                continue
             qos = d.qos
             if qos and (room <= 0 or d.pid in inflight):
                 break
@@ -222,7 +295,7 @@ class Outbox:
 
     def ready(self) -> bool:
         """Something could be sent now (given window room)."""
-        return bool(self.queue) and self.queue[0].msg.ready
+        return bool(self.queue) and (self.queue[0].msg.ready or isinstance(self.queue[0].msg, Barrier))
 
     # ------------------------------------------------------------ acks
     def puback(self, pid: int) -> Delivery | None:
@@ -287,6 +360,7 @@ class Outbox:
         self.queue.clear()
         self.inflight.clear()
         self.queued_bytes = 0
+        self.replays = 0
 
     def __repr__(self) -> str:
         return (f"Outbox(queued={len(self.queue)}, inflight={len(self.inflight)}, "

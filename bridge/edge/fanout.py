@@ -49,12 +49,15 @@ class FanOut:
             _first, t0, t1, _p0, _pay = publish_parts(frame, level)
             topic = frame[t0:t1].decode()
         m = router.tree.match(topic)
-        if not m:
+        retain = frame[0] & 1 and self.retained is not None
+        if not m and not retain:
             return  # nobody subscribed: no message is built
         msg = Message.from_frame(frame, level, topic=topic, origin=origin,
                                  received=self.loop.time(), ref=(ack.partition, ack.offset))
-        targets = router.deliver(msg, m, self._connected)
-        if not targets:
+        if retain:  # the retained store takes it now; it goes out once durable, as any
+            self.retained.capture(topic, ack.seq, (ack.partition, ack.offset), msg)
+        targets = router.deliver(msg, m, self._connected) if m else []
+        if not targets and not retain:
             return
         fut: Future = ack.future
         if fut.done():
@@ -93,11 +96,21 @@ class FanOut:
     def pump(self, conn: Connection) -> None:
         """Send what ``conn``'s session may send now (nothing while its
         transport buffer is full)."""
+        conn.pump_soon = False
         if conn.transport is None or "write" in conn.paused_by or conn.session is None:
             return
         actions = conn.session.deliver(self.loop.time())
         if actions:
             self.perform(conn, actions)
+
+    def pump_soon(self, conn: Connection) -> None:
+        """Pump ``conn`` once more from the event loop (a retained replay
+        hands out a bounded share per pump, so that a subscription to ``#``
+        over a million topics neither builds one huge write nor holds the
+        loop)."""
+        if not conn.pump_soon:
+            conn.pump_soon = True
+            self.loop.call_soon(self.pump, conn)
 
     def _log_drops(self) -> None:
         """One line per client whose deliveries were dropped since the last call."""

@@ -56,7 +56,7 @@ class SessionHousekeeping:
         except CaptureError as exc:
             self.log_failed(exc)
             return
-        if self.router.tree:
+        if self.router.tree or w.frame[0] & 1:  # subscribers, or a retained Will
             level = next((int(v) for k, v in w.headers if k == "proto"), 4)
             self._route(w.frame, level, None, w.client_id, ack)
         log.info("%s client=%s: will captured (%d bytes)", w.conn_id, w.client_id, len(w.frame))

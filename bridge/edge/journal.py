@@ -200,6 +200,9 @@ class Replayer:
         if ptype == 8:
             p, _ = decode_packet(r.value, level)
             codes = bytes.fromhex(h.get("granted", b"").decode() or "")
+            k = h.get("retained_k")
+            if k is not None:  # numbers the retained replays took (bridge.edge.retained.replay)
+                self.router.outbox(s).next_k += int(k)
             if isinstance(p, Subscribe):
                 sid = (p.properties.subscription_identifiers or [None])[0]
                 for sub, code in zip(p.subscriptions, codes):

@@ -72,6 +72,42 @@ def publish_parts(frame: bytes, level: int) -> tuple[int, int, int, int, int]:
     return frame[0], t0, t0 + tlen, pos, pos
 
 
+def _forwarded_props(raw: bytes) -> tuple[bytes, int | None, int]:
+    """The properties of a PUBLISH as forwarded: every one byte for byte, in
+    order, but the Topic Alias (per connection); with the Message Expiry
+    Interval's value and the offset of its 4 bytes in them (-1: none)."""
+    keep = []
+    pos = 0
+    out = 0
+    end = len(raw)
+    expiry = None
+    exp_at = -1
+    while pos < end:
+        start = pos
+        pid = raw[pos]
+        pos += 1
+        size = _FIXED.get(pid)
+        if size is not None:
+            pos += size
+        elif pid in _STRINGS:
+            pos += 2 + ((raw[pos] << 8) | raw[pos + 1])
+        elif pid == _PAIR:
+            pos += 2 + ((raw[pos] << 8) | raw[pos + 1])
+            pos += 2 + ((raw[pos] << 8) | raw[pos + 1])
+        elif pid == _VARINT:
+            _v, pos = _varint_at(raw, pos)
+        else:  # the codec admits no other identifier in a PUBLISH
+            raise ValueError(f"property 0x{pid:02X} in a PUBLISH")
+        if pid == 0x23:
+            continue  # Topic Alias: not forwarded
+        if pid == 0x02:
+            expiry = _U32.unpack_from(raw, start + 1)[0]
+            exp_at = out + 1
+        keep.append(raw[start:pos])
+        out += pos - start
+    return b"".join(keep), expiry, exp_at
+
+
 class Message:
     """One accepted PUBLISH, shared by all its deliveries.
 
@@ -116,41 +152,17 @@ class Message:
         first, t0, t1, p0, pay = publish_parts(frame, level)
         if topic is None:
             topic = frame[t0:t1].decode()
-        props = b""
-        expiry = None
-        exp_at = -1
-        if p0 < pay:
-            raw = frame[p0:pay]
-            keep = []
-            pos = 0
-            out = 0
-            end = len(raw)
-            while pos < end:
-                start = pos
-                pid = raw[pos]
-                pos += 1
-                size = _FIXED.get(pid)
-                if size is not None:
-                    pos += size
-                elif pid in _STRINGS:
-                    pos += 2 + ((raw[pos] << 8) | raw[pos + 1])
-                elif pid == _PAIR:
-                    pos += 2 + ((raw[pos] << 8) | raw[pos + 1])
-                    pos += 2 + ((raw[pos] << 8) | raw[pos + 1])
-                elif pid == _VARINT:
-                    _v, pos = _varint_at(raw, pos)
-                else:  # the codec admits no other identifier in a PUBLISH
-                    raise ValueError(f"property 0x{pid:02X} in a PUBLISH")
-                if pid == 0x23:
-                    continue  # Topic Alias: not forwarded
-                if pid == 0x02:
-                    expiry = _U32.unpack_from(raw, start + 1)[0]
-                    exp_at = out + 1
-                keep.append(raw[start:pos])
-                out += pos - start
-            props = b"".join(keep)
+        props, expiry, exp_at = (b"", None, -1) if p0 >= pay else _forwarded_props(frame[p0:pay])
         return cls(topic, (first >> 1) & 3, bool(first & 1), frame[pay:], props, origin=origin,
                    received=received, expiry=expiry, exp_at=exp_at, ref=ref, ready=ready)
+
+    @classmethod
+    def from_properties(cls, topic: str, qos: int, retain: bool, payload: bytes, props: bytes,
+                        **kw) -> Message:
+        """A message from its parts; ``props``: an MQTT 5 property block
+        without its length (the Message Expiry Interval found in it)."""
+        props, expiry, exp_at = (b"", None, -1) if not props else _forwarded_props(props)
+        return cls(topic, qos, retain, payload, props, expiry=expiry, exp_at=exp_at, **kw)
 
     # ------------------------------------------------------------ expiry
     def remaining(self, now: float) -> int | None:

@@ -62,6 +62,9 @@ class Router:
         self.acl = acl
         #: deliveries dropped by the queue bound since the start, per client
         self.dropped: dict[str, int] = {}
+        #: retained messages served on SUBSCRIBE (bridge.edge.retained.store;
+        #: None: none are)
+        self.retained = None
 
     # ------------------------------------------------------------ sessions
     def outbox(self, client: ClientSession) -> Outbox:

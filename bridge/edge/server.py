@@ -83,6 +83,7 @@ from bridge.edge.fanout import FanOut
 from bridge.edge.housekeeping import SessionHousekeeping
 from bridge.edge.incomplete import IncompleteFrames
 from bridge.edge.persist import recover
+from bridge.edge.retained.store import RetainedStore
 from bridge.edge.router import Router
 from bridge.edge.session import (
     Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage, version_name,
@@ -179,6 +180,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         self._frame_task: asyncio.Task | None = None
         self._room_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
+        self._retained_task: asyncio.Task | None = None
+        #: retained messages on SUBSCRIBE (bridge.edge.retained), from start()
+        self.retained: RetainedStore | None = None
         self._snapshot_seq = -1
         self._stopping = False
         self._boot = _base36(int(time.time() * 1000))
@@ -215,6 +219,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         # the event loop releases the GIL at every socket call: appends need
         # not yield it to the capture log's flusher
         self.log.yield_to_flusher = False
+        await self._start_retained()
         t0 = time.monotonic()
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
@@ -253,7 +258,39 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
                 self.addresses.append((host, port, is_tls))
         self._snapshot_task = loop.create_task(self._snapshot_loop())
         self._frame_task = loop.create_task(self._frame_timeouts())
+        self._retained_task = loop.create_task(self._retained_refresh())
         return self.addresses
+
+    # ------------------------------------------------------------ retained
+    async def _start_retained(self) -> None:
+        """The retained store (bridge.edge.retained): the table's latest
+        version, then this edge's retained PUBLISHes captured after it."""
+        cfg = self.config
+        t0 = time.monotonic()
+        store = RetainedStore(cfg.tables_dir / "retained", self.log.stream,
+                              time.time() - self.loop.time(), self.edge.retained_cache_bytes)
+        store.swap(await asyncio.to_thread(store.load))
+        reader = LogReader(self.log.root)
+        start = store.start_offsets(reader.earliest_offsets())
+        read = await asyncio.to_thread(store.replay_log, reader, start, self.log.next_offsets())
+        self.retained = self.router.retained = store
+        snap = store.snapshot
+        log.info("edge retained messages: table version %s (%d topics%s), %d topics of this edge's "
+                 "own captures after it (%d capture records read) in %.2f s",
+                 "-" if snap is None else snap.version, 0 if snap is None else snap.size,
+                 "" if store.error is None else "; unreadable, see above",
+                 len(store.overlay), read, time.monotonic() - t0)
+
+    async def _retained_refresh(self) -> None:
+        """Serve each newer version of the retained table as it appears."""
+        store = self.retained
+        while store is not None:
+            await asyncio.sleep(self.edge.retained_refresh_s)
+            try:
+                if await asyncio.to_thread(store.newer):
+                    store.swap(await asyncio.to_thread(store.load))
+            except Exception as exc:  # keep serving what is loaded; say why once per failure
+                log.error("edge retained messages: refreshing from the table failed: %s", exc)
 
     @property
     def port(self) -> int:
@@ -366,7 +403,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
                 conn.last_fut = fut
                 if a.qos2 is not None:
                     a.captured(ack.partition, ack.offset, ack.seq)
-                if a.deliver is not None and self.router.tree:
+                if a.deliver is not None and (self.router.tree or a.frame[0] & 1):
                     self._route(a.frame, conn.session.level, a.deliver, conn.session.client_id,
                                 ack)
                 if a.reply is not None:
@@ -390,6 +427,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
             elif t is Notice:
                 log.info("%s client=%s: %s", conn.conn_id, conn.session.client_id or "-", a.message)
         conn.drain()
+        client = conn.client
+        if client is not None and client.outbox is not None and client.outbox.more:
+            self.pump_soon(conn)  # a retained replay stopped at its per-pump budget
 
 
     # ------------------------------------------------------------ back-pressure
@@ -564,6 +604,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
             self._snapshot_task.cancel()
         if self._frame_task is not None:
             self._frame_task.cancel()
+        if self._retained_task is not None:
+            self._retained_task.cancel()
         if self.auth is not None:
             self.auth.close()
         if self.forward is not None:

@@ -59,6 +59,20 @@ def _plus(headers: list, extra: list) -> list:
     return headers.plus(extra) if type(headers) is Headers else headers + extra
 
 
+def _sends_retained(level: int, sub: Sub, old: Sub | None) -> bool:
+    """Whether a SUBSCRIBE that made ``sub`` (replacing ``old``, or new)
+    gets the matching retained messages: always in MQTT 3.x (3.1.1 section
+    3.3.1.3); in MQTT 5 by Retain Handling: 0 yes [MQTT-3.3.1-9], 1 only for
+    a new subscription [MQTT-3.3.1-10], 2 no [MQTT-3.3.1-11]. A Shared
+    Subscription gets none (MQTT 5.0 sections 3.3.1.3 and 4.8.2: they go to
+    a new *Non-shared* Subscription; no numbered statement, so the edge names
+    it [LG-retained-shared]): the caller leaves ``$share`` filters out."""
+    if level != 5:
+        return True
+    rh = sub.retain_handling
+    return rh == 0 or (rh == 1 and old is None)
+
+
 class SubscriberFlows:
     """SUBSCRIBE / UNSUBSCRIBE and delivery for a :class:`~bridge.edge.session.Session`."""
 
@@ -76,6 +90,7 @@ class SubscriberFlows:
         codes = []
         refused = []
         granted: list[Sub] = []
+        reserved = 0  # Packet Identifiers the retained replays took
         for s in p.subscriptions:
             tf = s.topic_filter
             inner = tf.split("/", 2)[2] if tf.startswith("$share/") else tf
@@ -93,18 +108,37 @@ class SubscriberFlows:
                 continue
             qos = s.qos if s.qos <= 2 else 2
             sub = Sub(cid, tf, qos, s.no_local, s.retain_as_published, s.retain_handling, sub_id)
-            router.subscribe(client, sub)  # replaces one with the same filter [MQTT-3.8.4-3]
+            old = router.subscribe(client, sub)  # replaces one with the same filter [MQTT-3.8.4-3]
             granted.append(sub)
             codes.append(qos)
+            if router.retained is not None and inner == tf and _sends_retained(level, sub, old):
+                reserved += self._retained_on_subscribe(sub)
         body = _U16.pack(p.packet_id) + (b"\x00" if level == 5 else b"") + bytes(codes)
         suback = encode_fixed_header(0x90, len(body)) + body
-        actions.append(Capture(frame, _plus(self._headers,
-                                            [("granted", bytes(codes).hex().encode())]), suback))
+        extra = [("granted", bytes(codes).hex().encode())]
+        if reserved:
+            extra.append(("retained_k", b"%d" % reserved))
+        actions.append(Capture(frame, _plus(self._headers, extra), suback))
         if refused:
             actions.append(Notice(f"SUBSCRIBE packet id {p.packet_id}: {len(refused)} of "
                                   f"{len(codes)} filters refused: " + "; ".join(refused)))
         #: what the last SUBSCRIBE granted (retained messages plug in here)
         self.granted = granted
+
+    def _retained_on_subscribe(self, sub: Sub) -> int:
+        """Queue the retained messages ``sub`` matches (bridge.edge.retained)
+        behind what the session has queued; they leave after the SUBACK
+        (the connection's queue is ordered) and before any live message of
+        the new subscription (live ones queue behind the replay). Returns
+        the Packet Identifiers the replay reserved (``retained_k``)."""
+        replay = self.router.retained.replay(
+            sub.topic_filter, sub.qos, () if sub.sub_id is None else (sub.sub_id,),
+            self._last_rx)
+        if replay is None:
+            return 0
+        self.router.outbox(self.client).add_replay(replay)
+        self._pump_due = True
+        return replay.count
 
     def _on_unsubscribe(self, p: Unsubscribe, frame: bytes, actions: list[Action]) -> None:
         router = self.router

@@ -18,6 +18,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from bridge.tables.engine import (PARTITION_BY, SCHEMAS, AsOfError, Commit, MergeResult, TableEngine, conform,
                                    one_line)
+from bridge.tables.retained_rule import SUPERSEDES_SQL
 from schemas.ddl import to_spark
 from schemas.tables import TABLES
 
@@ -30,8 +31,9 @@ log = logging.getLogger(__name__)
 _COMMIT_RETRIES = 5
 
 
-def _commit(app_id: str, version: int) -> CommitProperties:
-    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=_COMMIT_RETRIES)
+def _commit(app_id: str, version: int, metadata: str | None = None) -> CommitProperties:
+    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=_COMMIT_RETRIES,
+                            custom_metadata={"userMetadata": metadata} if metadata else None)
 
 
 class DeltaRsEngine(TableEngine):
@@ -87,7 +89,8 @@ class DeltaRsEngine(TableEngine):
         log.debug("tables: %s +%d rows (batch %d)", table, rows.num_rows, version)
         return True
 
-    def merge_retained(self, changes: pa.Table, app_id: str, version: int) -> MergeResult:
+    def merge_retained(self, changes: pa.Table, app_id: str, version: int,
+                       metadata: str | None = None) -> MergeResult:
         dtable = self._table("retained")
         if self._already("retained", dtable, app_id, version):
             return MergeResult(skipped=True, upserts=0, deletes=0)
@@ -101,8 +104,8 @@ class DeltaRsEngine(TableEngine):
                 if changes.num_rows:
                     metrics = (
                         dtable.merge(changes, predicate="t.topic = s.topic", source_alias="s", target_alias="t",
-                                     commit_properties=_commit(app_id, version))
-                        .when_matched_update_all(predicate="s.seq > t.seq")
+                                     commit_properties=_commit(app_id, version, metadata))
+                        .when_matched_update_all(predicate=SUPERSEDES_SQL)
                         .when_not_matched_insert_all()
                         .execute()
                     )
@@ -114,7 +117,7 @@ class DeltaRsEngine(TableEngine):
                     # an empty one; the table's record of what it has applied
                     # never lags behind the other tables.
                     dtable.create_write_transaction([], mode="append", schema=dtable.schema(),
-                                                    commit_properties=_commit(app_id, version))
+                                                    commit_properties=_commit(app_id, version, metadata))
                 break
             except CommitFailedError:
                 if attempt == _COMMIT_RETRIES - 1:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from bridge.tables.engine import PARTITION_BY, SCHEMAS, Commit, MergeResult, TableEngine
+from bridge.tables.retained_rule import SUPERSEDES_SQL
 from schemas.ddl import to_spark
 from schemas.tables import TABLES
 
@@ -87,7 +88,8 @@ class DeltaSparkEngine(TableEngine):
          .option("txnAppId", app_id).option("txnVersion", version).save(str(self.path(table))))
         return True
 
-    def merge_retained(self, changes: pa.Table, app_id: str, version: int) -> MergeResult:
+    def merge_retained(self, changes: pa.Table, app_id: str, version: int,
+                       metadata: str | None = None) -> MergeResult:
         last = self.committed_version("retained", app_id)
         if last is not None and last >= version:
             return MergeResult(skipped=True, upserts=0, deletes=0)
@@ -95,26 +97,31 @@ class DeltaSparkEngine(TableEngine):
         conf = self.spark.conf
         conf.set("spark.databricks.delta.write.txnAppId", app_id)
         conf.set("spark.databricks.delta.write.txnVersion", str(version))
+        if metadata:
+            conf.set("spark.databricks.delta.commitInfo.userMetadata", metadata)
         try:
             target = self._delta_table("retained")
             metrics = (
                 target.alias("t")
                 .merge(self._df("retained", changes).alias("s"), "t.topic = s.topic")
-                .whenMatchedUpdateAll(condition="s.seq > t.seq")
+                .whenMatchedUpdateAll(condition=SUPERSEDES_SQL)
                 .whenNotMatchedInsertAll()
                 .execute()
             )
         finally:
             conf.unset("spark.databricks.delta.write.txnAppId")
             conf.unset("spark.databricks.delta.write.txnVersion")
+            conf.unset("spark.databricks.delta.commitInfo.userMetadata")
         applied = 0
         if metrics is not None:
             row = metrics.first()
             applied = int(row["num_inserted_rows"] or 0) + int(row["num_updated_rows"] or 0)
         if self.committed_version("retained", app_id) != version:
             # A MERGE that changed nothing commits nothing: record the transaction.
-            self._df("retained", SCHEMAS["retained"].empty_table()).write.format("delta").mode("append") \
-                .option("txnAppId", app_id).option("txnVersion", version).save(str(self.path("retained")))
+            empty = self._df("retained", SCHEMAS["retained"].empty_table()).write.format("delta").mode("append")
+            if metadata:
+                empty = empty.option("userMetadata", metadata)
+            empty.option("txnAppId", app_id).option("txnVersion", version).save(str(self.path("retained")))
         return MergeResult(skipped=False, upserts=changes.num_rows - deletes, deletes=deletes, applied=applied)
 
     def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":

@@ -144,9 +144,18 @@ class TableEngine(abc.ABC):
         """Append rows under app transaction (app_id, version); False when skipped as a replay."""
 
     @abc.abstractmethod
-    def merge_retained(self, changes: pa.Table, app_id: str, version: int) -> MergeResult:
+    def merge_retained(self, changes: pa.Table, app_id: str, version: int,
+                       metadata: str | None = None) -> MergeResult:
         """Apply ``retained_rule.retained_changes`` output: replace a topic's row only
-        when the change has a higher capture sequence; insert otherwise."""
+        when the change has a higher capture sequence; insert otherwise.
+        ``metadata``: the commit's ``userMetadata`` (the capture offsets the
+        version covers, ``bridge.tables.coverage``)."""
+
+    def history(self, table: str, limit: int | None = None) -> list[dict]:
+        """Commit infos, newest first (``userMetadata`` among them)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(self.path(table))).history(limit)
 
     @abc.abstractmethod
     def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":

@@ -31,7 +31,18 @@ import pyarrow.compute as pc
 from schemas.ddl import to_arrow
 from schemas.tables import RETAINED_DDL
 
-__all__ = ["RETAINED_SCHEMA", "retained_changes"]
+__all__ = ["RETAINED_SCHEMA", "SUPERSEDES_SQL", "retained_changes", "supersedes"]
+
+#: The MERGE's update condition (source ``s``, table ``t``), the SQL form of
+#: :func:`supersedes`: both engines' MERGE and the edge's overlay use this rule.
+SUPERSEDES_SQL = "s.seq > t.seq"
+
+
+def supersedes(new_seq: int, old_seq: int) -> bool:
+    """Whether a retained change with capture sequence ``new_seq`` replaces
+    the topic's state of sequence ``old_seq``: the later capture wins, so a
+    late, older record never overwrites a newer one (:data:`SUPERSEDES_SQL`)."""
+    return new_seq > old_seq
 
 RETAINED_SCHEMA = to_arrow(RETAINED_DDL)
 

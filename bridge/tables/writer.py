@@ -30,14 +30,17 @@ class TableStats:
     skipped_tables: tuple[str, ...]  # tables that had this batch already (a replay)
 
 
-def write_tables(engine: TableEngine, frames: pa.Table, app_id: str, batch_id: int) -> TableStats:
+def write_tables(engine: TableEngine, frames: pa.Table, app_id: str, batch_id: int,
+                 coverage: str | None = None) -> TableStats:
+    """``coverage``: the retained commit's ``userMetadata`` (the capture
+    offsets the new version reflects, ``bridge.tables.coverage``)."""
     rows = split_batch(frames)
     skipped = []
     if not engine.append("messages", rows.messages, app_id, batch_id):
         skipped.append("messages")
     if not engine.append("quarantine", rows.quarantine, app_id, batch_id):
         skipped.append("quarantine")
-    merged = engine.merge_retained(retained_changes(rows.messages), app_id, batch_id)
+    merged = engine.merge_retained(retained_changes(rows.messages), app_id, batch_id, coverage)
     if merged.skipped:
         skipped.append("retained")
     failpoint("after-tables-commit", batch_id)

@@ -1,0 +1,140 @@
+"""The retained messages this edge captured after the table version it
+serves covers: the overlay that makes the edge exact while the job lags (or
+is not running). Pure memory, owned by the event loop.
+
+Each entry is the latest retained PUBLISH (or zero-byte clear: a tombstone)
+of one topic, with its capture sequence and position. The job applies the
+same rule to the same records (``bridge/tables/retained_rule.py``): a
+PUBLISH with RETAIN 1 replaces the topic's message [MQTT-3.3.1-5], with zero
+bytes it clears it [MQTT-3.3.1-6, MQTT-3.3.1-7]; RETAIN 0 changes nothing
+[MQTT-3.3.1-8 in 5.0 numbering]; the higher capture sequence wins
+(:func:`~bridge.tables.retained_rule.supersedes`). Entries are dropped once a
+table version covers their capture positions (:meth:`Overlay.drop_covered`).
+
+Topics are kept in a small trie of dicts (the overlay holds what changed
+since the job's last batch, not the whole retained set), matched like the
+table's index, without a scan of every entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from bridge.edge.message import Message
+from bridge.tables.retained_rule import supersedes
+
+__all__ = ["Entry", "Overlay"]
+
+
+@dataclass(slots=True)
+class Entry:
+    """The latest retained PUBLISH of ``topic`` this edge captured: ``msg``
+    (None: a zero-byte clear, a tombstone), its capture ``seq`` and
+    position ``(partition, offset)``."""
+
+    topic: str
+    seq: int
+    pos: tuple[int, int]
+    msg: Message | None
+
+
+class _Node:
+    __slots__ = ("kids", "entry")
+
+    def __init__(self) -> None:
+        self.kids: dict[str, _Node] | None = None
+        self.entry: Entry | None = None
+
+
+class Overlay:
+    """Entries by topic, with a level trie for matching filters."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self._root = _Node()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def apply(self, entry: Entry) -> bool:
+        """Take ``entry`` unless the topic holds a newer one; True if taken."""
+        old = self.entries.get(entry.topic)
+        if old is not None and not supersedes(entry.seq, old.seq):
+            return False
+        self.entries[entry.topic] = entry
+        node = self._root
+        for lev in entry.topic.split("/"):
+            kids = node.kids
+            if kids is None:
+                kids = node.kids = {}
+            nxt = kids.get(lev)
+            if nxt is None:
+                nxt = kids[lev] = _Node()
+            node = nxt
+        node.entry = entry
+        return True
+
+    def drop_covered(self, covered: dict[int, int]) -> int:
+        """Drop the entries whose capture position a table version covers
+        (``covered``: partition -> first offset not covered); returns how many."""
+        gone = [e for e in self.entries.values() if e.pos[1] < covered.get(e.pos[0], 0)]
+        for e in gone:
+            self._remove(e.topic)
+        return len(gone)
+
+    def _remove(self, topic: str) -> None:
+        del self.entries[topic]
+        path = []
+        node = self._root
+        for lev in topic.split("/"):
+            path.append((node, lev))
+            node = node.kids[lev]  # type: ignore[index]
+        node.entry = None
+        for parent, lev in reversed(path):  # prune what is left empty
+            child = parent.kids[lev]  # type: ignore[index]
+            if child.entry is not None or child.kids:
+                break
+            del parent.kids[lev]  # type: ignore[union-attr]
+
+    def match(self, topic_filter: str) -> Iterator[Entry]:
+        """The entries (tombstones too) whose topic ``topic_filter`` matches
+        (MQTT 5.0 section 4.7, as ``bridge.edge.retained.index``)."""
+        parts = topic_filter.split("/")
+        out: list[Entry] = []
+
+        def below(node: _Node, first: bool) -> None:  # "#": the node's subtree
+            if node.kids:
+                for lev, kid in node.kids.items():
+                    if first and lev[:1] == "$":
+                        continue  # [MQTT-4.7.2-1]
+                    if kid.entry is not None:
+                        out.append(kid.entry)
+                    below(kid, False)
+
+        def walk(node: _Node, d: int) -> None:
+            if d == len(parts):
+                if node.entry is not None:
+                    out.append(node.entry)
+                return
+            lev = parts[d]
+            if lev == "#":  # [MQTT-4.7.1-1]: the parent level too
+                if d and node.entry is not None:
+                    out.append(node.entry)
+                below(node, d == 0)
+                return
+            kids = node.kids
+            if not kids:
+                return
+            if lev == "+":  # [MQTT-4.7.1-2]
+                for name, kid in kids.items():
+                    if d == 0 and name[:1] == "$":
+                        continue  # [MQTT-4.7.2-1]
+                    walk(kid, d + 1)
+            else:
+                kid = kids.get(lev)
+                if kid is not None:
+                    walk(kid, d + 1)
+
+        walk(self._root, 0)
+        return iter(out)

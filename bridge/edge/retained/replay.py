@@ -1,0 +1,107 @@
+"""One subscription's retained messages on their way out. Sans-IO.
+
+A :class:`Replay` is made when a SUBSCRIBE asks for retained messages
+(Retain Handling 0, or 1 for a new subscription; always in MQTT 3.x
+[MQTT-3.3.1-9, MQTT-3.3.1-10]). It holds the matched table rows (row
+numbers into the snapshot it was made from, which it keeps alive) and the
+overlay's messages, not the messages themselves: the session's
+:class:`~bridge.edge.delivery.Outbox` keeps it in its queue as a barrier
+(every live message for the session queues behind it, so none for the new
+subscription leaves before the retained ones) and takes a few deliveries at
+a time (:meth:`Replay.take`), as the client's Receive Maximum and the
+outbox's per-pump budget allow. A replay of a million topics is therefore
+never in memory at once, and never cut short: it ends when every row was
+sent, expired meanwhile [MQTT-3.3.2-5], or could not be read (a table file
+vacuumed away under it: counted and logged).
+
+Each delivery: RETAIN 1 [MQTT-3.3.1-8, 3.1.1 numbering; MQTT 5.0 section
+3.3.1.3], QoS the minimum of the stored and the granted QoS [MQTT-3.8.4-8],
+the subscription's Subscription Identifier [MQTT-3.3.4-3], properties as
+stored with the Message Expiry Interval decremented [MQTT-3.3.2-6] (done by
+:meth:`~bridge.edge.message.Message.frame`).
+
+Packet Identifiers: the replay's QoS 1/2 deliveries take the numbers
+``k`` .. ``k + count - 1`` the outbox reserved for it when it was queued,
+so the numbering of later live deliveries (and their replay after a crash,
+``bridge.edge.journal``: the SUBSCRIBE's capture carries ``retained_k`` =
+``count``) does not depend on how fast the replay goes.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from bridge.edge.delivery import Barrier, Delivery
+from bridge.edge.message import Message
+
+__all__ = ["Replay", "ReplayedDelivery"]
+
+
+class ReplayedDelivery(Delivery):
+    """A delivery of a retained message on subscribe (the outbox's queue
+    bound never drops one: the replay would be cut short)."""
+
+    __slots__ = ()
+
+
+class Replay(Barrier):
+    """See the module docstring. ``rows``: snapshot rows (int64), ``extra``:
+    overlay messages, both already filtered by the store; ``qos_cap``: the
+    granted QoS; ``count``: deliveries at QoS 1/2 among them."""
+
+    topic = "(retained replay)"
+
+    def __init__(self, snapshot, rows: np.ndarray, extra: list[Message], qos_cap: int,
+                 sub_ids: tuple[int, ...], clock_offset: float) -> None:
+        self.snapshot = snapshot
+        self.rows = rows
+        self.pos = 0
+        self.extra = collections.deque(extra)
+        self.qos_cap = qos_cap
+        self.sub_ids = sub_ids
+        self.clock_offset = clock_offset
+        self.count = int(sum(1 for m in extra if min(m.qos, qos_cap)))
+        if qos_cap and rows.size:
+            self.count += int(np.count_nonzero(snapshot.qos[rows]))
+        self.total = len(extra) + int(rows.size)
+        self.k = 0  # the first reserved number (set by the outbox)
+        self.sent = 0
+        self.lost = 0  # rows whose table file could not be read
+
+    @property
+    def done(self) -> bool:
+        return not self.extra and self.pos >= self.rows.size
+
+    def take(self, n: int) -> list[Delivery]:
+        """Up to ``n`` deliveries, in order (fewer at the end, or when rows
+        could not be read)."""
+        out: list[Delivery] = []
+        extra = self.extra
+        while extra and len(out) < n:
+            out.append(self._delivery(extra.popleft()))
+        want = n - len(out)
+        if want > 0 and self.pos < self.rows.size:
+            chunk = self.rows[self.pos:self.pos + want].tolist()
+            self.pos += len(chunk)
+            for r, msg in zip(chunk, self.snapshot.messages(chunk, self.clock_offset)):
+                if msg is None:
+                    self.lost += 1
+                    if self.qos_cap and self.snapshot.qos[r]:
+                        self.k += 1  # its number stays unused
+                    continue
+                out.append(self._delivery(msg))
+        self.sent += len(out)
+        return out
+
+    def _delivery(self, msg: Message) -> Delivery:
+        q = msg.qos if msg.qos < self.qos_cap else self.qos_cap
+        pid = None
+        if q:
+            pid = self.k % 65535 + 1
+            self.k += 1
+        return ReplayedDelivery(msg, q, True, self.sub_ids, pid)  # RETAIN 1 [MQTT-3.3.1-8]
+
+    def __repr__(self) -> str:
+        return f"Replay({self.sent} of {self.total} sent, {self.lost} lost)"
