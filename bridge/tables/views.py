@@ -10,6 +10,10 @@
   with the clock;
 * ``retained_all``: the retained table as stored, tombstones included;
 * ``quarantine``: frames that broke a rule;
+* ``retained_versions``: the retained table's versions, newest first, with
+  the capture offsets each covers (``stream``, ``capture_offsets``: capture
+  partition -> first offset not in it; ``bridge.tables.coverage``), which
+  the edge serves SUBSCRIBE from;
 * the SQL function ``mqtt_match(filter, topic)``: whether a subscription to
   ``filter`` would receive a message on ``topic`` (``+``, ``#``, and no
   wildcard-first match of ``$`` topics); NULL for an ill-formed filter.
@@ -30,7 +34,32 @@ if TYPE_CHECKING:
 __all__ = ["VIEWS", "register_mqtt_match", "register_views", "views_in_query"]
 
 #: view name -> the table it reads
-VIEWS = {"messages": "messages", "retained": "retained", "retained_all": "retained", "quarantine": "quarantine"}
+VIEWS = {"messages": "messages", "retained": "retained", "retained_all": "retained", "quarantine": "quarantine",
+         "retained_versions": "retained"}
+
+_VERSIONS_DDL = ("version BIGINT, committed_at TIMESTAMP, operation STRING, stream STRING, "
+                 "capture_offsets MAP<INT, BIGINT>, query STRING, batch BIGINT")
+
+
+def _versions(spark: "SparkSession", engine: TableEngine):
+    """The ``retained_versions`` view's rows (from the table's commit infos)."""
+    import datetime as dt
+    import json
+
+    from bridge.tables.coverage import parse_coverage
+
+    rows = []
+    for h in engine.history("retained"):
+        meta = h.get("userMetadata")
+        cov = parse_coverage(meta)
+        doc = {}
+        if cov is not None:
+            doc = json.loads(meta).get("lakegate", {})
+        ts = h.get("timestamp")
+        rows.append((h.get("version"), dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
+                     h.get("operation"), cov[0] if cov else None, cov[1] if cov else None,
+                     doc.get("query"), doc.get("batch")))
+    return spark.createDataFrame(rows, _VERSIONS_DDL)
 
 
 def _mqtt_match(flt, topic):  # runs on executors; module-level so it pickles by reference
@@ -66,6 +95,10 @@ def register_views(spark: "SparkSession", engine: TableEngine, as_of: int | str 
     frames = {}
     for view in names:
         table = VIEWS[view]
+        if view == "retained_versions":
+            _versions(spark, engine).createOrReplaceTempView(view)
+            done.append(view)
+            continue
         if table not in frames:
             frames[table] = engine.dataframe(spark, table, as_of)
         df = frames[table]

@@ -160,3 +160,18 @@ def test_the_real_command_prints_one_line_and_no_stack(data_dir, argv, expected)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert re.fullmatch(expected, one_line(proc.stderr))
+
+
+def test_retained_versions_shows_the_capture_offsets_each_version_covers(lakegate_sql, data_dir):
+    from bridge.tables.coverage import coverage_metadata
+
+    engine = DeltaRsEngine(data_dir / "tables")
+    engine.merge_retained(retained_changes(table([publish("d", b"z", seq=9)])), "q", 2,
+                          coverage_metadata("mqtt-frames", {0: 12, 1: 3}, "q", 2))
+    code, out, err = lakegate_sql("SELECT version, stream, capture_offsets, batch FROM retained_versions "
+                                  "ORDER BY version DESC LIMIT 2", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows[0]["stream"] == "mqtt-frames" and rows[0]["batch"] == 2
+    assert rows[0]["capture_offsets"] == {"0": 12, "1": 3}
+    assert rows[1]["stream"] is None  # written without coverage
