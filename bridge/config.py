@@ -160,7 +160,7 @@ class EdgeConfig:
     retained_refresh_s: float = 1.0
     #: Payloads and properties of retained messages read from the table's
     #: files and kept in memory, at most this many bytes (loading fills it).
-    retained_cache_bytes: int = 67108864
+    retained_cache_bytes: int = 33554432
 
 
 @dataclass

@@ -28,6 +28,10 @@ BENCHES: dict[str, tuple[str, str]] = {
                                   "flood of wrong-password CONNECTs, and the ratio"),
     "subscribe": ("bridge.bench.subscribe", "delivery to subscribers, edge vs Mosquitto: fan-out msg/s at QoS 0/1 "
                                             "to 10 and 100 subscribers, latency p50/p99, memory of idle sessions"),
+    "retained-subscribe": ("bridge.bench.retained_subscribe",
+                           "retained messages on SUBSCRIBE, edge (from the lakehouse) vs Mosquitto: time to "
+                           "the last retained message for 100, 10,000 and all of 100,000 topics; the edge's "
+                           "start-up and RSS with 1,000,000 retained topics"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }

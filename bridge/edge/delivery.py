@@ -57,7 +57,7 @@ _PUBREL = struct.Struct(">BBH")
 #: retained messages a pump hands out at most (then it asks to be called
 #: again, ``Outbox.more``), and per take at QoS 0 (no window to bound it)
 _REPLAY_BUDGET = 500
-_REPLAY_CHUNK = 100
+_REPLAY_CHUNK = 500
 _U16 = struct.Struct(">H")
 
 
@@ -226,9 +226,8 @@ class Outbox:
                     self.replays -= 1
                 else:
                     q.appendleft(d)
-                for x in reversed(more):
-                    q.appendleft(x)
-                    self.queued_bytes += x.msg.size
+                q.extendleft(reversed(more))
+                self.queued_bytes += sum([x.msg.size for x in more])
                 continue
             qos = d.qos
             if qos and (room <= 0 or d.pid in inflight):

@@ -36,7 +36,10 @@ import numpy as np
 from bridge.edge.delivery import Barrier, Delivery
 from bridge.edge.message import Message
 
-__all__ = ["Replay", "ReplayedDelivery"]
+__all__ = ["BLOCK", "Replay", "ReplayedDelivery"]
+
+#: table rows read at a time (one vectorised read of their payloads)
+BLOCK = 500
 
 
 class ReplayedDelivery(Delivery):
@@ -75,23 +78,27 @@ class Replay(Barrier):
         return not self.extra and self.pos >= self.rows.size
 
     def take(self, n: int) -> list[Delivery]:
-        """Up to ``n`` deliveries, in order (fewer at the end, or when rows
-        could not be read)."""
+        """Up to ``n`` deliveries, in order (fewer at the end). Table rows
+        are read :data:`BLOCK` at a time (one vectorised read per block,
+        however small the client's window), so at most that many messages
+        wait in memory."""
         out: list[Delivery] = []
         extra = self.extra
-        while extra and len(out) < n:
+        while len(out) < n:
+            if not extra:
+                if self.pos >= self.rows.size:
+                    break
+                chunk = self.rows[self.pos:self.pos + BLOCK]
+                self.pos += len(chunk)
+                for i, msg in enumerate(self.snapshot.messages(chunk, self.clock_offset)):
+                    if msg is None:
+                        self.lost += 1
+                        if self.qos_cap and self.snapshot.qos[chunk[i]]:
+                            self.k += 1  # its number stays unused
+                        continue
+                    extra.append(msg)
+                continue
             out.append(self._delivery(extra.popleft()))
-        want = n - len(out)
-        if want > 0 and self.pos < self.rows.size:
-            chunk = self.rows[self.pos:self.pos + want].tolist()
-            self.pos += len(chunk)
-            for r, msg in zip(chunk, self.snapshot.messages(chunk, self.clock_offset)):
-                if msg is None:
-                    self.lost += 1
-                    if self.qos_cap and self.snapshot.qos[r]:
-                        self.k += 1  # its number stays unused
-                    continue
-                out.append(self._delivery(msg))
         self.sent += len(out)
         return out
 

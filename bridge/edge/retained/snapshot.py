@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from bridge.edge.message import Message
 from bridge.edge.retained.index import LevelIndex
@@ -42,11 +43,14 @@ __all__ = ["Snapshot", "SnapshotError", "load_snapshot"]
 log = logging.getLogger("bridge.edge")
 
 _SMALL = ["topic", "deleted", "qos", "message_expiry_interval", "set_at", "stream", "partition",
-          "offset", "seq", "client_id"]
+          "offset", "seq"]
 _BULKY = ["payload", "payload_format_indicator", "content_type", "response_topic",
           "correlation_data", "user_properties"]
 #: commits searched (newest first) for this stream's coverage
 HISTORY_DEPTH = 1000
+#: reader features whose tables the edge reads as plain Parquet files
+#: (anything else, e.g. deletion vectors or column mapping, is refused)
+_READABLE_FEATURES = {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "domainMetadata"}
 
 
 class SnapshotError(RuntimeError):
@@ -57,7 +61,7 @@ class Snapshot:
     """The rows of one table version (see the module docstring)."""
 
     def __init__(self, version: int, covered: dict[int, int] | None, small: pa.Table,
-                 frag: np.ndarray, frow: np.ndarray, fragments: list, stream: str,
+                 frag: np.ndarray, frow: np.ndarray, files: list[str], stream: str,
                  cache_bytes: int) -> None:
         self.version = version
         #: per partition of this edge's stream, the first offset not in it
@@ -76,10 +80,9 @@ class Snapshot:
             else np.zeros(0, dtype=bool)
         self.partition = _np(small["partition"], np.int32, -1)
         self.offset = _np(small["offset"], np.int64, -1)
-        self.client_ids = small["client_id"].combine_chunks() if self.size else None
         self.frag = frag
         self.frow = frow
-        self.fragments = fragments
+        self.files = files
         self.index = LevelIndex(self.topics)
         self.cache_bytes = cache_bytes
         self._cache: collections.OrderedDict[int, pa.Table] = collections.OrderedDict()
@@ -110,7 +113,7 @@ class Snapshot:
             if t is not None:
                 self._cache.move_to_end(f)
                 return t
-        t = self.fragments[f].to_table(columns=_BULKY)
+        t = _read(self.files[f], _BULKY)
         with self._lock:
             self._cache[f] = t
             self._cached += t.get_total_buffer_size()
@@ -120,55 +123,97 @@ class Snapshot:
         return t
 
     def warm(self, deadline: float) -> int:
-        """Read files into the cache until it is full or ``deadline``
-        (monotonic) passes; returns the bytes cached."""
-        for f in range(len(self.fragments)):
-            if self._cached >= self.cache_bytes or time.monotonic() > deadline:
+        """Read into the cache the files whose payloads and properties fit
+        in what is left of it, until ``deadline`` (monotonic); returns the
+        bytes cached. A file larger than the cache is read only when a
+        replay needs it (and then kept while it is the newest entry)."""
+        for f in range(len(self.files)):
+            if time.monotonic() > deadline or self._cached >= self.cache_bytes:
                 break
-            self._bulky(f)
+            try:
+                t = _read(self.files[f], _BULKY)
+            except OSError:
+                continue
+            size = t.get_total_buffer_size()
+            if self._cached + size > self.cache_bytes:
+                continue
+            with self._lock:
+                self._cache[f] = t
+                self._cached += size
         return self._cached
 
-    def messages(self, rows: list[int], clock_offset: float) -> list[Message | None]:
+    def messages(self, rows, clock_offset: float) -> list[Message | None]:
         """The message of each row (None where its file cannot be read: the
         caller counts and logs it), in the order given. ``clock_offset``:
-        wall clock minus the server's clock (arrival times in the server's)."""
-        out: list[Message | None] = [None] * len(rows)
-        by_frag: dict[int, list[int]] = {}
-        for i, r in enumerate(rows):
-            by_frag.setdefault(int(self.frag[r]), []).append(i)
-        for f, idxs in by_frag.items():
+        wall clock minus the server's clock (arrival times in the server's).
+        Vectorised per file: a replay builds thousands at a time."""
+        rows = np.asarray(rows, dtype=np.int64)
+        n = len(rows)
+        out: list[Message | None] = [None] * n
+        if not n:
+            return out
+        topics = self.topics.take(pa.array(rows)).to_pylist()
+        qos = self.qos[rows].tolist()
+        expiry = self.expiry[rows].tolist()
+        received = (self.set_at_us[rows] / 1e6 - clock_offset).tolist()
+        own = self.own[rows].tolist()
+        part = self.partition[rows].tolist()
+        off = self.offset[rows].tolist()
+        frags = self.frag[rows]
+        groups = [(int(frags[0]), np.arange(n))] if (frags == frags[0]).all() else \
+            [(int(f), np.flatnonzero(frags == f)) for f in np.unique(frags)]
+        for f, idx in groups:
             try:
                 t = self._bulky(f)
-            except OSError as exc:  # the file went away (vacuumed): the caller decides
+            except OSError as exc:  # the file went away (vacuumed): the caller counts it
                 log.warning("retained table version %d: file %s cannot be read (%s)", self.version,
-                            getattr(self.fragments[f], "path", f), exc)
+                            self.files[f], exc)
                 continue
-            cols = {c: t[c] for c in _BULKY}
-            for i in idxs:
-                r = rows[i]
-                j = int(self.frow[r])
-                out[i] = self._message(r, {c: col[j].as_py() for c, col in cols.items()},
-                                       clock_offset)
+            sub = t.take(pa.array(self.frow[rows[idx]]))
+            payloads = sub["payload"].to_pylist()
+            props = [sub[c].to_pylist() if sub[c].null_count < len(sub) else None
+                     for c in _BULKY[1:]]
+            plain = all(c is None for c in props)
+            for k, i in enumerate(idx.tolist()):
+                ref = (part[i], off[i]) if own[i] else None
+                if plain and expiry[i] < 0:
+                    out[i] = Message(topics[i], qos[i], True, payloads[k] or b"",
+                                     received=received[i], ref=ref, ready=True)
+                else:
+                    out[i] = self._message(topics[i], qos[i], expiry[i], payloads[k],
+                                           *((c[k] if c is not None else None) for c in props),
+                                           received=received[i], ref=ref)
         return out
 
-    def _message(self, r: int, b: dict, clock_offset: float) -> Message:
-        exp = int(self.expiry[r])
-        props = Properties(payload_format_indicator=b["payload_format_indicator"],
+    @staticmethod
+    def _message(topic: str, qos: int, exp: int, payload, pfi, content_type, response_topic,
+                 correlation_data, user_properties, *, received: float, ref) -> Message:
+        props = Properties(payload_format_indicator=pfi,
                            message_expiry_interval=exp if exp >= 0 else None,
-                           content_type=b["content_type"], response_topic=b["response_topic"],
-                           correlation_data=b["correlation_data"],
+                           content_type=content_type, response_topic=response_topic,
+                           correlation_data=correlation_data,
                            user_properties=[(kv["key"], kv["value"]) if isinstance(kv, dict)
-                                            else tuple(kv) for kv in b["user_properties"] or ()])
+                                            else tuple(kv) for kv in user_properties or ()])
         raw = b""
         if props:
             block = encode_properties(props, Scope.PUBLISH)
             raw = block[_varint_len(block):]
-        own = bool(self.own[r])
-        return Message.from_properties(
-            self.topics[r].as_py(), int(self.qos[r]), True, b["payload"] or b"", raw,
-            origin=self.client_ids[r].as_py() or "" if self.client_ids is not None else "",
-            received=self.set_at_us[r] / 1e6 - clock_offset,
-            ref=(int(self.partition[r]), int(self.offset[r])) if own else None, ready=True)
+        return Message.from_properties(topic, qos, True, payload or b"", raw, received=received,
+                                       ref=ref, ready=True)
+
+
+def _read(path: str, columns: list[str]) -> pa.Table:
+    """``columns`` of one Parquet file, a column the file lacks (written
+    before the column was added) as nulls."""
+    from bridge.tables.engine import SCHEMAS
+
+    f = pq.ParquetFile(path)
+    have = set(f.schema_arrow.names)
+    t = f.read(columns=[c for c in columns if c in have])
+    schema = SCHEMAS["retained"]
+    # the table's types (a writer may store views, or older types)
+    return pa.table({c: pc.cast(t[c], schema.field(c).type) if c in have
+                     else pa.nulls(t.num_rows, schema.field(c).type) for c in columns})
 
 
 def _varint_len(block: bytes) -> int:
@@ -193,6 +238,8 @@ def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    if not (Path(table_path) / "_delta_log").is_dir():
+        return None  # no table yet (and no need to load deltalake for it)
     try:
         dt = DeltaTable(str(table_path))
     except TableNotFoundError:
@@ -201,24 +248,47 @@ def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
         raise SnapshotError(f"retained table {table_path}: cannot be opened: {_line(exc)}") from None
     try:
         version = dt.version()
+        protocol = dt.protocol()
+        features = set(getattr(protocol, "reader_features", None) or ())
+        if protocol.min_reader_version > 3 or features - _READABLE_FEATURES:
+            raise SnapshotError(
+                f"retained table {table_path}: version {version} needs reader version "
+                f"{protocol.min_reader_version} with features {sorted(features) or 'none'}, which "
+                "the edge does not read; serving the edge's own captures only")
         covered = covered_offsets(dt.history(HISTORY_DEPTH), stream)
-        dset = dt.to_pyarrow_dataset()
-        fragments = list(dset.get_fragments())
-        small = dset.scanner(columns=_SMALL + ["__fragment_index"], use_threads=False).to_table()
-    except Exception as exc:  # unsupported reader features, a damaged log or file
+        files = dt.file_uris()
+        parts = [_read(u, _SMALL) for u in files]
+    except SnapshotError:
+        raise
+    except Exception as exc:  # a damaged log or file
         raise SnapshotError(f"retained table {table_path}: version cannot be read "
                             f"({_line(exc)}); serving the edge's own captures only") from None
-    frag = _np(small["__fragment_index"], np.int32, 0) if small.num_rows else np.zeros(0, np.int32)
-    # rows come file by file, in file order: each row's place in its file
-    frow = np.zeros(len(frag), dtype=np.int64)
-    if len(frag):
-        starts = np.flatnonzero(np.r_[True, frag[1:] != frag[:-1]])
-        run = np.diff(np.r_[starts, len(frag)])
-        frow = np.arange(len(frag)) - np.repeat(starts, run)
-    snap = Snapshot(version, covered, small.drop_columns(["__fragment_index"]), frag, frow,
-                    fragments, stream, cache_bytes)
+    from bridge.tables.engine import SCHEMAS
+
+    small = pa.concat_tables(parts) if parts else \
+        SCHEMAS["retained"].empty_table().select(_SMALL)
+    frag = np.repeat(np.arange(len(parts), dtype=np.int32), [p.num_rows for p in parts]) \
+        if parts else np.zeros(0, np.int32)
+    frow = np.concatenate([np.arange(p.num_rows, dtype=np.int32) for p in parts]) \
+        if parts else np.zeros(0, np.int32)
+    snap = Snapshot(version, covered, small, frag, frow, files, stream, cache_bytes)
+    del small, parts
     snap.warm(time.monotonic() + warm_s)
+    _give_back()
     return snap
+
+
+def _give_back() -> None:
+    """Return what building a snapshot freed to the system: Arrow's pool
+    (mimalloc) and glibc's malloc keep freed pages otherwise, and a million
+    topics leave a few hundred MB of them behind."""
+    pa.default_memory_pool().release_unused()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _line(exc: BaseException) -> str:

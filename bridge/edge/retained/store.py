@@ -55,7 +55,7 @@ class RetainedStore:
     minus the server's clock."""
 
     def __init__(self, table_path: Path, stream: str, clock_offset: float = 0.0,
-                 cache_bytes: int = 64 << 20) -> None:
+                 cache_bytes: int = 32 << 20) -> None:
         self.table_path = Path(table_path)
         self.stream = stream
         self.clock_offset = clock_offset
@@ -84,6 +84,8 @@ class RetainedStore:
     def newer(self) -> bool:
         """Whether the table has a version newer than the one served
         (blocking, cheap: reads the new commit files only)."""
+        if self._dt is None and not (self.table_path / "_delta_log").is_dir():
+            return False  # no table yet
         from deltalake import DeltaTable
 
         try:

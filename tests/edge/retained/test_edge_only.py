@@ -39,7 +39,7 @@ def test_mqtt_3_3_1_8_served_at_once_and_after_a_restart_from_the_log(run_edge, 
 def test_a_subscriber_to_hash_that_does_not_read_stalls_no_one(run_edge):
     edge = run_edge("edge.max_inflight_messages=5")
     pub = Client(edge.port, 4, "many-pub")
-    infos = [pub.publish(f"slow/{i}", b"x" * 2000, qos=1, retain=True) for i in range(3000)]
+    infos = [pub.publish(f"slow/{i}", b"x" * 8000, qos=1, retain=True) for i in range(3000)]
     for i in infos:
         i.wait_for_publish(30)
     # a subscriber with a tiny receive buffer that never reads nor acknowledges
@@ -55,7 +55,7 @@ def test_a_subscriber_to_hash_that_does_not_read_stalls_no_one(run_edge):
     other.subscribe(("slow/live", 0))
     assert other.wait_for_payload(b"now")
     # the edge stopped writing to it at its transport's limit: the replay is
-    # not done, and what it handed out stays bounded (6 MB of payloads in all)
+    # not done, and what it handed out stays bounded (24 MB of payloads in all)
     box = wait_for(lambda: getattr(edge.server.router.sessions.get("slow"), "outbox", None), 10,
                    "the slow subscriber's outbox")
     assert box.replays == 1 and len(box.queue) <= 1 + 100

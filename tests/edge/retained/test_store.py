@@ -21,7 +21,6 @@ from bridge.tables.deltars import DeltaRsEngine
 from bridge.tables.retained_rule import retained_changes
 from tests.tables.rows import publish as row, table
 
-NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 STREAM = "mqtt-frames"
 
 
@@ -41,6 +40,10 @@ def store_for(tmp_path, clock_offset=0.0) -> RetainedStore:
     return s
 
 
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
 def drain(replay, n=1000) -> list:
     """Every delivery of a replay, in order."""
     out = []
@@ -55,10 +58,10 @@ def wall() -> float:
 
 def test_mqtt_3_3_1_8_table_rows_go_out_retained_with_min_qos_and_stored_properties(tmp_path):
     write(tmp_path, [
-        row("a/1", b"one", seq=1, qos=2, at=NOW),
-        row("a/2", b"two", seq=2, qos=0, at=NOW, content_type="text/plain",
+        row("a/1", b"one", seq=1, qos=2, at=now()),
+        row("a/2", b"two", seq=2, qos=0, at=now(), content_type="text/plain",
             user_properties=[("k", "v"), ("k", "w")]),
-        row("b/x", b"bx", seq=3, at=NOW)])
+        row("b/x", b"bx", seq=3, at=now())])
     s = store_for(tmp_path)
     got = drain(s.replay("a/#", 1, (7,), wall()))
     by_topic = {d.msg.topic: d for d in got}
@@ -73,8 +76,9 @@ def test_mqtt_3_3_1_8_table_rows_go_out_retained_with_min_qos_and_stored_propert
 
 
 def test_mqtt_3_3_2_5_and_3_3_2_6_expiry_counts_from_the_stored_arrival(tmp_path):
-    write(tmp_path, [row("e/old", b"x", seq=1, at=NOW - dt.timedelta(seconds=100), expiry=60),
-                     row("e/new", b"y", seq=2, at=NOW - dt.timedelta(seconds=10), expiry=60)])
+    t = now()
+    write(tmp_path, [row("e/old", b"x", seq=1, at=t - dt.timedelta(seconds=100), expiry=60),
+                     row("e/new", b"y", seq=2, at=t - dt.timedelta(seconds=10), expiry=60)])
     s = store_for(tmp_path, clock_offset=0.0)
     (d,) = drain(s.replay("e/+", 1, (), wall()))  # the expired one is not sent [MQTT-3.3.2-5]
     assert d.msg.topic == "e/new"
@@ -83,8 +87,8 @@ def test_mqtt_3_3_2_5_and_3_3_2_6_expiry_counts_from_the_stored_arrival(tmp_path
 
 
 def test_mqtt_3_3_1_6_a_tombstone_in_the_table_is_not_served(tmp_path):
-    write(tmp_path, [row("t/a", b"x", seq=1, at=NOW), row("t/a", b"", seq=2, at=NOW),
-                     row("t/b", b"y", seq=3, at=NOW)])
+    write(tmp_path, [row("t/a", b"x", seq=1, at=now()), row("t/a", b"", seq=2, at=now()),
+                     row("t/b", b"y", seq=3, at=now())])
     s = store_for(tmp_path)
     assert [d.msg.topic for d in drain(s.replay("t/#", 1, (), wall()))] == ["t/b"]
 
@@ -94,7 +98,7 @@ def msg(topic, payload=b"m", qos=1, ref=(0, 0)) -> Message:
 
 
 def test_mqtt_3_3_1_5_the_overlay_replaces_the_tables_message_and_a_clear_hides_it(tmp_path):
-    write(tmp_path, [row("o/a", b"table", seq=10, at=NOW), row("o/b", b"table", seq=11, at=NOW)])
+    write(tmp_path, [row("o/a", b"table", seq=10, at=now()), row("o/b", b"table", seq=11, at=now())])
     s = store_for(tmp_path)
     s.capture("o/a", 20, (0, 5), msg("o/a", b"edge"))  # newer capture: replaces [MQTT-3.3.1-5]
     s.capture("o/b", 21, (0, 6), msg("o/b", b""))      # zero bytes: clears [MQTT-3.3.1-6]
@@ -106,18 +110,18 @@ def test_mqtt_3_3_1_5_the_overlay_replaces_the_tables_message_and_a_clear_hides_
 def test_the_jobs_rule_decides_between_a_table_row_and_an_overlay_entry(tmp_path):
     """Another edge's stream may hold a later sequence for the same topic:
     the higher sequence wins, as in the job's MERGE (retained_rule.supersedes)."""
-    write(tmp_path, [row("x/a", b"other edge", seq=500, at=NOW, partition=0)], stream="edge-b")
+    write(tmp_path, [row("x/a", b"other edge", seq=500, at=now(), partition=0)], stream="edge-b")
     s = store_for(tmp_path)
     s.capture("x/a", 20, (0, 5), msg("x/a", b"mine, older"))
     assert [d.msg.payload for d in drain(s.replay("x/a", 1, (), wall()))] == [b"other edge"]
 
 
 def test_a_version_covering_the_overlay_takes_its_place(tmp_path):
-    write(tmp_path, [row("c/a", b"v1", seq=1, at=NOW)], batch=0, covered={0: 1})
+    write(tmp_path, [row("c/a", b"v1", seq=1, at=now())], batch=0, covered={0: 1})
     s = store_for(tmp_path)
     s.capture("c/a", 9, (0, 9), msg("c/a", b"v2", ref=(0, 9)))
     assert len(s.overlay) == 1
-    write(tmp_path, [row("c/a", b"v2", seq=9, at=NOW, offset=9)], batch=1, covered={0: 10})
+    write(tmp_path, [row("c/a", b"v2", seq=9, at=now(), offset=9)], batch=1, covered={0: 10})
     s.swap(s.load())
     assert len(s.overlay) == 0 and s.snapshot.covered == {0: 10}
     assert [d.msg.payload for d in drain(s.replay("c/#", 1, (), wall()))] == [b"v2"]
@@ -132,7 +136,7 @@ def test_no_table_yet_serves_the_overlay_alone(tmp_path):
 
 
 def test_an_unreadable_table_is_one_line_and_the_overlay_still_serves(tmp_path, caplog):
-    write(tmp_path, [row("u/a", b"x", seq=1, at=NOW)])
+    write(tmp_path, [row("u/a", b"x", seq=1, at=now())])
     log_dir = tmp_path / "tables" / "retained" / "_delta_log"
     for f in log_dir.glob("*.json"):
         f.write_text("{not json")
@@ -169,7 +173,7 @@ def test_mqtt_3_3_1_8_replay_of_the_log_rebuilds_the_overlay(tmp_path):
 
 
 def test_mqtt_3_3_4_9_a_replay_is_paced_by_the_window_and_live_messages_wait_behind_it(tmp_path):
-    write(tmp_path, [row(f"p/{i}", b"x", seq=i, at=NOW) for i in range(5)])
+    write(tmp_path, [row(f"p/{i}", b"x", seq=i, at=now()) for i in range(5)])
     s = store_for(tmp_path)
     box = Outbox()
     replay = s.replay("p/+", 1, (), wall())
@@ -194,7 +198,7 @@ def test_mqtt_3_3_4_9_a_replay_is_paced_by_the_window_and_live_messages_wait_beh
 
 
 def test_a_replay_is_never_dropped_by_the_queue_bound(tmp_path):
-    write(tmp_path, [row(f"q/{i}", b"x", seq=i, at=NOW) for i in range(3)])
+    write(tmp_path, [row(f"q/{i}", b"x", seq=i, at=now()) for i in range(3)])
     s = store_for(tmp_path)
     box = Outbox(max_messages=2)
     box.add_replay(s.replay("q/+", 1, (), wall()))
@@ -208,7 +212,7 @@ def test_a_replay_is_never_dropped_by_the_queue_bound(tmp_path):
 
 def test_a_large_qos_0_replay_is_handed_out_in_bounded_shares(tmp_path):
     n = 1200
-    write(tmp_path, [row(f"big/{i}", b"x", seq=i, at=NOW, qos=0) for i in range(n)])
+    write(tmp_path, [row(f"big/{i}", b"x", seq=i, at=now(), qos=0) for i in range(n)])
     s = store_for(tmp_path)
     box = Outbox()
     box.add_replay(s.replay("big/#", 0, (), wall()))
@@ -222,7 +226,7 @@ def test_a_large_qos_0_replay_is_handed_out_in_bounded_shares(tmp_path):
 
 
 def test_index_and_snapshot_memory_is_reported(tmp_path):
-    write(tmp_path, [row(f"m/{i}", b"x", seq=i, at=NOW) for i in range(100)])
+    write(tmp_path, [row(f"m/{i}", b"x", seq=i, at=now()) for i in range(100)])
     s = store_for(tmp_path)
     assert s.snapshot.index.nbytes() > 0 and s.topics() == 100
     assert isinstance(s.snapshot.index.match("m/+"), np.ndarray)
@@ -230,6 +234,31 @@ def test_index_and_snapshot_memory_is_reported(tmp_path):
 
 @pytest.mark.parametrize("covered, expect", [(None, [0, 0]), ({0: 5}, [5, 0]), ({0: 1, 1: 9}, [2, 9])])
 def test_the_log_replay_starts_at_the_versions_coverage(tmp_path, covered, expect):
-    write(tmp_path, [row("s/a", b"x", seq=1, at=NOW)], covered=covered)
+    write(tmp_path, [row("s/a", b"x", seq=1, at=now())], covered=covered)
     s = store_for(tmp_path)
     assert s.start_offsets([0, 0] if covered != {0: 1, 1: 9} else [2, 0]) == expect
+
+
+def test_a_table_that_needs_reader_features_the_edge_lacks_is_refused_in_one_line(tmp_path):
+    eng = write(tmp_path, [row("f/a", b"x", seq=1, at=now())])
+    log_dir = tmp_path / "tables" / "retained" / "_delta_log"
+    n = len(list(log_dir.glob("*.json")))
+    (log_dir / f"{n:020d}.json").write_text(
+        '{"commitInfo":{"timestamp":1,"operation":"SET TBLPROPERTIES"}}\n'
+        '{"protocol":{"minReaderVersion":3,"minWriterVersion":7,'
+        '"readerFeatures":["deletionVectors"],"writerFeatures":["deletionVectors"]}}\n')
+    s = store_for(tmp_path)
+    assert s.snapshot is None and s.error is not None and "\n" not in s.error
+    assert "deletionVectors" in s.error and "own captures only" in s.error
+    assert eng is not None
+
+
+def test_rows_whose_table_file_was_vacuumed_under_a_replay_are_counted_lost(tmp_path, caplog):
+    write(tmp_path, [row(f"v/{i}", b"x", seq=i, at=now()) for i in range(3)])
+    s = RetainedStore(tmp_path / "tables" / "retained", STREAM, 0.0, cache_bytes=0)
+    s.swap(s.load())
+    replay = s.replay("v/+", 1, (), wall())
+    for f in (tmp_path / "tables" / "retained").glob("*.parquet"):
+        f.unlink()
+    assert drain(replay) == [] and replay.lost == 3 and replay.done
+    assert "cannot be read" in caplog.text
