@@ -58,6 +58,8 @@ parts below):
   and the buffered-bytes budget;
 * :mod:`bridge.edge.housekeeping` -- delayed Wills, session expiry and
   bounds, snapshots;
+* :mod:`bridge.edge.retained.serving` -- the retained store (retained
+  messages on SUBSCRIBE from the lakehouse): loaded at start, refreshed;
 * :mod:`bridge.edge.thread` -- :class:`EdgeThread` (importable from here too).
 """
 
@@ -83,6 +85,7 @@ from bridge.edge.fanout import FanOut
 from bridge.edge.housekeeping import SessionHousekeeping
 from bridge.edge.incomplete import IncompleteFrames
 from bridge.edge.persist import recover
+from bridge.edge.retained.serving import RetainedServing
 from bridge.edge.retained.store import RetainedStore
 from bridge.edge.router import Router
 from bridge.edge.session import (
@@ -130,7 +133,7 @@ def _base36(n: int) -> str:
             return out
 
 
-class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
+class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, RetainedServing):
     """The MQTT edge server (see the module docstring).
 
     ``log``: an open :class:`CaptureLog` to use (tests); by default the
@@ -260,37 +263,6 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut):
         self._frame_task = loop.create_task(self._frame_timeouts())
         self._retained_task = loop.create_task(self._retained_refresh())
         return self.addresses
-
-    # ------------------------------------------------------------ retained
-    async def _start_retained(self) -> None:
-        """The retained store (bridge.edge.retained): the table's latest
-        version, then this edge's retained PUBLISHes captured after it."""
-        cfg = self.config
-        t0 = time.monotonic()
-        store = RetainedStore(cfg.tables_dir / "retained", self.log.stream,
-                              time.time() - self.loop.time(), self.edge.retained_cache_bytes)
-        store.swap(await asyncio.to_thread(store.load))
-        reader = LogReader(self.log.root)
-        start = store.start_offsets(reader.earliest_offsets())
-        read = await asyncio.to_thread(store.replay_log, reader, start, self.log.next_offsets())
-        self.retained = self.router.retained = store
-        snap = store.snapshot
-        log.info("edge retained messages: table version %s (%d topics%s), %d topics of this edge's "
-                 "own captures after it (%d capture records read) in %.2f s",
-                 "-" if snap is None else snap.version, 0 if snap is None else snap.size,
-                 "" if store.error is None else "; unreadable, see above",
-                 len(store.overlay), read, time.monotonic() - t0)
-
-    async def _retained_refresh(self) -> None:
-        """Serve each newer version of the retained table as it appears."""
-        store = self.retained
-        while store is not None:
-            await asyncio.sleep(self.edge.retained_refresh_s)
-            try:
-                if await asyncio.to_thread(store.newer):
-                    store.swap(await asyncio.to_thread(store.load))
-            except Exception as exc:  # keep serving what is loaded; say why once per failure
-                log.error("edge retained messages: refreshing from the table failed: %s", exc)
 
     @property
     def port(self) -> int:
