@@ -131,12 +131,19 @@ class SubscriberFlows:
         (the connection's queue is ordered) and before any live message of
         the new subscription (live ones queue behind the replay). Returns
         the Packet Identifiers the replay reserved (``retained_k``)."""
-        replay = self.router.retained.replay(
+        router = self.router
+        allowed = None
+        if router.acl is not None:  # checked again at delivery, as live messages are
+            acl = router.acl()
+            if acl is not None:
+                user, cid = self.username, self.client_id
+                allowed = lambda topic: acl.can_read(user, cid, topic)  # noqa: E731
+        replay = router.retained.replay(
             sub.topic_filter, sub.qos, () if sub.sub_id is None else (sub.sub_id,),
-            self._last_rx)
+            self._last_rx, allowed)
         if replay is None:
             return 0
-        self.router.outbox(self.client).add_replay(replay)
+        router.outbox(self.client).add_replay(replay)
         self._pump_due = True
         return replay.count
 

@@ -57,7 +57,7 @@ class Replay(Barrier):
     topic = "(retained replay)"
 
     def __init__(self, snapshot, rows: np.ndarray, extra: list[Message], qos_cap: int,
-                 sub_ids: tuple[int, ...], clock_offset: float) -> None:
+                 sub_ids: tuple[int, ...], clock_offset: float, allowed=None) -> None:
         self.snapshot = snapshot
         self.rows = rows
         self.pos = 0
@@ -72,6 +72,9 @@ class Replay(Barrier):
         self.k = 0  # the first reserved number (set by the outbox)
         self.sent = 0
         self.lost = 0  # rows whose table file could not be read
+        #: ``allowed(topic)``: the ACL's read check at delivery (None: no ACL)
+        self.allowed = allowed
+        self.denied = 0
 
     @property
     def done(self) -> bool:
@@ -98,7 +101,13 @@ class Replay(Barrier):
                         continue
                     extra.append(msg)
                 continue
-            out.append(self._delivery(extra.popleft()))
+            msg = extra.popleft()
+            if self.allowed is not None and not self.allowed(msg.topic):
+                self.denied += 1  # [LG-acl-subscribe] checked again at delivery
+                if min(msg.qos, self.qos_cap):
+                    self.k += 1  # its number stays unused
+                continue
+            out.append(self._delivery(msg))
         self.sent += len(out)
         return out
 

@@ -154,9 +154,11 @@ class RetainedStore:
 
     # ------------------------------------------------------------ SUBSCRIBE
     def replay(self, topic_filter: str, qos_cap: int, sub_ids: tuple[int, ...],
-               now: float) -> Replay | None:
+               now: float, allowed=None) -> Replay | None:
         """The retained messages ``topic_filter`` matches, as a replay for
-        one subscription (None: there are none). ``now``: the server's clock."""
+        one subscription (None: there are none). ``now``: the server's
+        clock; ``allowed(topic)``: the ACL's read check, applied to each
+        message as it goes out (None: every topic)."""
         snap = self.snapshot
         rows = snap.index.match(topic_filter) if snap is not None else _NONE
         extra: list[Message] = []
@@ -178,7 +180,7 @@ class RetainedStore:
             rows = snap.live_rows(rows, int((now + self.clock_offset) * 1e6))
         if not extra and not rows.size:
             return None
-        return Replay(snap, rows, extra, qos_cap, sub_ids, self.clock_offset)
+        return Replay(snap, rows, extra, qos_cap, sub_ids, self.clock_offset, allowed)
 
     def topics(self) -> int:
         """Topics known (table rows, tombstones included, plus overlay entries)."""

@@ -121,3 +121,15 @@ def test_a_replayed_subscribe_takes_the_same_identifiers(tmp_path):
     rp.record(SimpleNamespace(value=frame, key=b"sub", partition=0, offset=0, timestamp_us=0),
               8, dict(headers), "sub")
     assert router.outbox(s).next_k == 30
+
+
+def test_lg_acl_subscribe_retained_messages_are_checked_against_the_acl_at_delivery(tmp_path):
+    """A grant on ``#`` over an ACL that lets the client read only
+    ``r/a``: the other topic's retained message does not go out."""
+    from bridge.edge.acl import AclFile
+
+    acl = AclFile.parse("topic read r/a\n")
+    router = Router(acl=lambda: acl)
+    h = client(tmp_path, router=router)
+    got = sub(h, Subscription("r/#", 1))
+    assert isinstance(got[0], Suback) and [p.topic for p in got[1:]] == ["r/a"]
