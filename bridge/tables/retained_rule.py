@@ -33,16 +33,9 @@ from schemas.tables import RETAINED_DDL
 
 __all__ = ["RETAINED_SCHEMA", "SUPERSEDES_SQL", "retained_changes", "supersedes"]
 
-#: The MERGE's update condition (source ``s``, table ``t``), the SQL form of
-#: :func:`supersedes`: both engines' MERGE and the edge's overlay use this rule.
-SUPERSEDES_SQL = "s.seq > t.seq"
-
-
-def supersedes(new_seq: int, old_seq: int) -> bool:
-    """Whether a retained change with capture sequence ``new_seq`` replaces
-    the topic's state of sequence ``old_seq``: the later capture wins, so a
-    late, older record never overwrites a newer one (:data:`SUPERSEDES_SQL`)."""
-    return new_seq > old_seq
+# The order rule itself lives in a module of its own (no Arrow imports), so
+# that the edge's retained store uses it without loading pyarrow.compute.
+from bridge.tables.retained_order import SUPERSEDES_SQL, supersedes  # noqa: E402,F401
 
 RETAINED_SCHEMA = to_arrow(RETAINED_DDL)
 

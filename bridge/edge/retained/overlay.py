@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from bridge.edge.message import Message
-from bridge.tables.retained_rule import supersedes
+from bridge.tables.retained_order import supersedes
 
 __all__ = ["Entry", "Overlay"]
 

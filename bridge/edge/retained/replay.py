@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import collections
 
-import numpy as np
-
 from bridge.edge.delivery import Barrier, Delivery
 from bridge.edge.message import Message
 
@@ -56,7 +54,7 @@ class Replay(Barrier):
 
     topic = "(retained replay)"
 
-    def __init__(self, snapshot, rows: np.ndarray, extra: list[Message], qos_cap: int,
+    def __init__(self, snapshot, rows, extra: list[Message], qos_cap: int,
                  sub_ids: tuple[int, ...], clock_offset: float, allowed=None) -> None:
         self.snapshot = snapshot
         self.rows = rows
@@ -67,7 +65,7 @@ class Replay(Barrier):
         self.clock_offset = clock_offset
         self.count = int(sum(1 for m in extra if min(m.qos, qos_cap)))
         if qos_cap and rows.size:
-            self.count += int(np.count_nonzero(snapshot.qos[rows]))
+            self.count += int((snapshot.qos[rows] != 0).sum())
         self.total = len(extra) + int(rows.size)
         self.k = 0  # the first reserved number (set by the outbox)
         self.sent = 0

@@ -33,20 +33,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from bridge.edge.message import Message
 from bridge.edge.retained.overlay import Entry, Overlay
 from bridge.edge.retained.replay import Replay
-from bridge.edge.retained.snapshot import Snapshot, SnapshotError, load_snapshot
-from bridge.tables.retained_rule import supersedes
+from bridge.tables.retained_order import supersedes
+
+if TYPE_CHECKING:
+    from bridge.edge.retained.snapshot import Snapshot
 
 __all__ = ["RetainedStore"]
 
 log = logging.getLogger("bridge.edge")
 
-_NONE = np.zeros(0, dtype=np.int64)
 
 
 class RetainedStore:
@@ -71,6 +71,10 @@ class RetainedStore:
         """Read the table's latest version (blocking: a worker thread).
         Returns it, or None when there is no table or it cannot be read
         (:attr:`error` says why, one line)."""
+        if not (self.table_path / "_delta_log").is_dir():
+            return None  # no table yet (Arrow's Parquet reader and deltalake stay unloaded)
+        from bridge.edge.retained.snapshot import SnapshotError, load_snapshot
+
         try:
             snap = load_snapshot(self.table_path, self.stream, self.cache_bytes)
         except SnapshotError as exc:
@@ -159,8 +163,10 @@ class RetainedStore:
         one subscription (None: there are none). ``now``: the server's
         clock; ``allowed(topic)``: the ACL's read check, applied to each
         message as it goes out (None: every topic)."""
+        import numpy as np  # loaded with the first table version, not before
+
         snap = self.snapshot
-        rows = snap.index.match(topic_filter) if snap is not None else _NONE
+        rows = snap.index.match(topic_filter) if snap is not None else np.zeros(0, dtype=np.int64)
         extra: list[Message] = []
         hidden: list[int] = []
         for e in self.overlay.match(topic_filter):
