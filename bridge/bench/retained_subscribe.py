@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 from bridge.bench.edge import _stop, start_edge, start_mosquitto
+from bridge.bench.subload import frame_header
 from bridge.bench.subscribe import rss_bytes
 from bridge.config import Config
 
@@ -182,24 +183,13 @@ async def replay_time(port: int, topic_filter: str, expected: int, timeout: floa
         buf += chunk
         pos = 0
         end = len(buf)
-        while pos + 2 <= end:
-            rl = 0
-            shift = 0
-            i = pos + 1
-            while i < end:
-                b = buf[i]
-                rl |= (b & 0x7F) << shift
-                i += 1
-                if not b & 0x80:
-                    break
-                shift += 7
-            else:
-                break
-            if i + rl > end:
+        while pos < end:
+            h = frame_header(buf, pos, end)
+            if h is None or pos + h[1] > end:
                 break
             if buf[pos] >> 4 == 3:
                 got += 1
-            pos = i + rl
+            pos += h[1]
         buf = buf[pos:]
         if got >= expected:
             t_last = time.monotonic()

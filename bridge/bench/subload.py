@@ -56,7 +56,7 @@ from bridge.mqtt import (
     Subscription, decode_packet, encode,
 )
 
-__all__ = ["FanOut", "Refused", "idle_sessions", "parse_publish", "publish_template"]
+__all__ = ["FanOut", "Refused", "frame_header", "idle_sessions", "parse_publish", "publish_template"]
 
 LEVEL = 4  # MQTT 3.1.1 everywhere: the level both servers have served longest
 _STAMP = struct.Struct(">QQ")
@@ -96,7 +96,7 @@ def parse_publish(buf, pos: int, end: int, header_len: int) -> tuple[int, bytes 
     return qos, pid, seq, ts
 
 
-def _header(buf, pos: int, n: int) -> tuple[int, int] | None:
+def frame_header(buf, pos: int, n: int) -> tuple[int, int] | None:
     """(fixed header length, total frame length) of the frame at ``pos``,
     or None when the fixed header is not complete yet."""
     rl = 0
@@ -187,7 +187,7 @@ class _Subscriber(_Client):
         lat = run.latencies
         warm = run.warm_seq
         while pos < n:
-            hdr = _header(buf, pos, n)
+            hdr = frame_header(buf, pos, n)
             if hdr is None or pos + hdr[1] > n:
                 break
             hl, size = hdr

@@ -27,3 +27,15 @@ def append_pubrel(log: CaptureLog, conn: str, packet_id: int, rel_topic: str, pr
 
 def append_raw(log: CaptureLog, conn: str, frame: bytes, proto: int = 5):
     return log.append(conn, conn.encode(), frame, headers(conn, proto))
+
+
+def run_once(spark, cfg, timeout: float = 240) -> None:
+    """Run the streaming job over what the capture log holds, then return
+    (``--once``); the shared session keeps no listener of the checkpoint."""
+    from bridge.job.pipeline import release, start_query
+
+    query = start_query(spark, cfg, once=True)
+    try:
+        assert query.awaitTermination(timeout), f"the job did not finish within {timeout:g} s"
+    finally:
+        release(spark)

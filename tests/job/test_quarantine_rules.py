@@ -9,9 +9,9 @@ import pytest
 from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.edge.session import Limits
-from bridge.job.pipeline import release, start_query
 from bridge.tables.deltars import DeltaRsEngine
 from tests.edge.util import Harness, connect, publish
+from tests.job.frames import run_once
 
 pytestmark = pytest.mark.spark
 
@@ -32,11 +32,7 @@ def test_mqtt_3_2_2_15_mqtt_1_5_4_2_mqtt_3_1_4_2_edge_rejections_are_quarantined
     assert big.closed and refused.closed and bad.closed
     log.close()
 
-    query = start_query(spark, cfg, once=True)
-    try:
-        assert query.awaitTermination(240), "the job did not finish within 240 s"
-    finally:
-        release(spark)  # the shared session keeps no listener of this test's checkpoint
+    run_once(spark, cfg)
 
     q = sorted(DeltaRsEngine(cfg.tables_dir).arrow("quarantine").to_pylist(), key=lambda r: r["conn_id"])
     assert [(r["conn_id"], r["packet_type"], r["rule"], r["error_code"], r["parser_rule"]) for r in q] == [
@@ -76,11 +72,7 @@ def test_a_subscribers_run_of_pubacks_in_one_record_is_skipped_not_quarantined(s
     assert dict(sub.records[-1][1])["ack_refs"].count(b" ") == 2
     log.close()
 
-    query = start_query(spark, cfg, once=True)
-    try:
-        assert query.awaitTermination(240), "the job did not finish within 240 s"
-    finally:
-        release(spark)
+    run_once(spark, cfg)
     engine = DeltaRsEngine(cfg.tables_dir)
     assert engine.arrow("quarantine").num_rows == 0
     assert sorted(r["payload"] for r in engine.arrow("messages").to_pylist()) == [b"m1", b"m2", b"m3"]

@@ -8,10 +8,10 @@ import pytest
 
 from bridge.capture import CaptureLog
 from bridge.config import load_config
-from bridge.job.pipeline import release, start_query
 from bridge.tables.coverage import covered_offsets
 from bridge.tables.deltars import DeltaRsEngine
 from tests.edge.util import Harness, connect, publish
+from tests.job.frames import run_once
 
 pytestmark = pytest.mark.spark
 
@@ -26,11 +26,7 @@ def test_each_retained_commit_records_the_capture_offsets_it_covers(spark, tmp_p
     ends = log.next_offsets()
     log.close()
 
-    query = start_query(spark, cfg, once=True)
-    try:
-        assert query.awaitTermination(240), "the job did not finish within 240 s"
-    finally:
-        release(spark)
+    run_once(spark, cfg)
     engine = DeltaRsEngine(cfg.tables_dir)
     covered = covered_offsets(engine.history("retained"), cfg.capture.stream)
     # every record was in the batch: each partition with records is covered to its end
