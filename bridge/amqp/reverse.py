@@ -17,7 +17,9 @@ mapping table (:func:`reverse_table_markdown`).
 Field by field (MQTT <- AMQP):
 
 * **topic** <- ``properties.to`` (the verbatim topic lakegate's forward
-  mapping sets), else the link's address: ``/topic/<routing key>`` and
+  mapping and the seed's AMQP_PUBLISH set), else RabbitMQ's
+  ``x-routing-key`` annotation (a message published over AMQP 0-9-1), else
+  the link's address when it names one topic: ``/topic/<routing key>`` and
   ``/exchange/amq.topic/<routing key>`` give the routing key with ``.`` as
   ``/`` (RabbitMQ's MQTT plugin's rule, the inverse of
   :func:`bridge.amqp.mapping.routing_key`); any other address (a client's
@@ -150,7 +152,16 @@ def _text(value: Any) -> str:
 # --------------------------------------------------------------- rule bodies
 def _topic(m, address, ann, now, out: Downlink) -> None:
     to = m.address
-    out.topic = _check_topic(to if to else (topic_of_address(address) or ""))
+    if not to:
+        rk = ann.get("x-routing-key")  # RabbitMQ's, on a message published over AMQP 0-9-1
+        if rk:
+            to = str(rk).replace(".", "/")
+        else:
+            to = topic_of_address(address) or ""
+            if "*" in to or "#" in to:
+                raise ReverseMappingError(NO_TOPIC, "the message has no 'to' (its topic) and "
+                                                    f"arrived over the wildcard address {address!r}")
+    out.topic = _check_topic(to)
 
 
 def _payload(m, address, ann, now, out: Downlink) -> None:

@@ -131,3 +131,12 @@ def test_the_readme_table_lists_every_rule():
     text = reverse_table_markdown("seed")
     assert all(r.mqtt in text for r in REVERSE["seed"]) and "x-qos" in text
     assert "x-opt-mqtt-qos" in reverse_table_markdown("enmasse")
+
+
+def test_lg_amqp_no_topic_a_wildcard_address_names_no_topic_and_x_routing_key_does():
+    with pytest.raises(ReverseMappingError) as e:
+        map_message(msg(body=b"x"), "/topic/site.#", "seed", NOW)
+    assert e.value.rule == NO_TOPIC and "no 'to'" in str(e.value)
+    d = map_message(msg(body=b"x", annotations={symbol("x-routing-key"): "site.a.temp"}),
+                    "/topic/site.#", "seed", NOW)
+    assert d.topic == "site/a/temp"

@@ -1,0 +1,284 @@
+"""Receiving from the AMQP network: :class:`DownlinkReceiver`, the edge's
+receiver links (issue 24's transport; the edge does not use it yet).
+
+One proton ``Container`` on a thread of its own, one connection to
+``amqp.url`` (the forward direction's :func:`~bridge.amqp.connection.peer_url`
+and settings), receiver links attached and detached on request
+(:meth:`attach`, :meth:`detach`; any thread). Each message received is
+mapped with :func:`bridge.amqp.reverse.map_message` and handed to
+``on_message(address, result, token)`` on the receiver's thread, where
+``result`` is a :class:`~bridge.amqp.reverse.Downlink`, ``OWN`` (lakegate
+forwarded it itself) or a :class:`~bridge.amqp.reverse.ReverseMappingError`;
+the caller later settles ``token`` with one outcome (:meth:`settle`, any
+thread):
+
+* ``accepted`` -- the MQTT side has it (the seed: once the client's
+  PUBACK / PUBREC / PUBCOMP came);
+* ``released`` -- not delivered, the peer may deliver it again (a client
+  that went away without acknowledging: the peer redelivers);
+* ``modified`` -- delivery failed (``delivery-failed``), redeliver, counted
+  (RabbitMQ 3.x's AMQP 1.0 plugin does not know this outcome and ends the
+  session over it: use ``released`` there);
+* ``rejected`` -- never deliverable; ``condition`` and ``description`` say
+  why (a message without a usable topic: ``amqp:decode-error``).
+
+Credit: each link is given ``credit`` (its window) at attach and one more
+per delivery settled, so at most ``credit`` unsettled messages per link are
+ever held (no unbounded buffering behind a slow MQTT client).
+
+Faults: a lost connection is reconnected with backoff and every link
+attached again; what was unsettled on the lost connection is the peer's to
+redeliver (nothing was accepted that was not delivered). Tokens of a lost
+connection are stale: settling one does nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from proton import Condition, Delivery, Handler, symbol
+from proton.handlers import MessagingHandler
+from proton.reactor import ApplicationEvent, Container, EventInjector
+
+from bridge.amqp.connection import peer_url
+from bridge.amqp.retry import backoff
+from bridge.amqp.reverse import ReverseMappingError, map_message
+from bridge.config import AmqpConfig
+
+__all__ = ["DownlinkReceiver", "OUTCOMES"]
+
+log = logging.getLogger("bridge.amqp")
+
+OUTCOMES = ("accepted", "released", "modified", "rejected")
+_TICK_S = 0.5
+
+
+class _Token:
+    """One received delivery, as the caller sees it."""
+
+    __slots__ = ("delivery", "link", "epoch", "address")
+
+    def __init__(self, delivery, link, epoch: int, address: str) -> None:
+        self.delivery = delivery
+        self.link = link
+        self.epoch = epoch
+        self.address = address
+
+
+class DownlinkReceiver(MessagingHandler):
+    """See the module docstring. ``on_message`` runs on the receiver's
+    thread: keep it short (hand the message to the edge's loop)."""
+
+    def __init__(self, config: AmqpConfig,
+                 on_message: Callable[[str, Any, _Token], None],
+                 container_id: str = "lakegate-downlink") -> None:
+        # no prefetch (credit is ours: the window), nothing settled for us
+        super().__init__(prefetch=0, auto_accept=False)
+        self.cfg = config
+        self.deliver = on_message
+        self.url, self.user, self.password = peer_url(config)
+        self.container_id = container_id
+        self.commands: queue.SimpleQueue = queue.SimpleQueue()
+        self.injector = EventInjector()
+        self.container: Container | None = None
+        self.thread: threading.Thread | None = None
+        self.conn: Any = None
+        self.conn_up = False
+        self.failures = 0
+        self.epoch = 0
+        self.reconnect_at = 0.0
+        #: address -> (credit, durable), every link wanted (attached again after a reconnect)
+        self.wanted: dict[str, tuple[int, bool]] = {}
+        self.links: dict[str, Any] = {}
+        self.stopping = False
+        self.names = itertools.count(1)
+        self.stats = {"received": 0, "accepted": 0, "released": 0, "modified": 0, "rejected": 0,
+                      "own": 0, "reconnects": 0}
+        self.ready = threading.Event()
+
+    # ------------------------------------------------------------ any thread
+    def start(self) -> DownlinkReceiver:
+        self.thread = threading.Thread(target=self._run, name="amqp-downlink", daemon=True)
+        self.thread.start()
+        return self
+
+    def _command(self, *cmd) -> None:
+        self.commands.put(cmd)
+        self.injector.trigger(ApplicationEvent("lg_downlink_wake"))
+
+    def attach(self, address: str, credit: int = 20, durable: bool = False) -> None:
+        """Receive from ``address`` with ``credit`` unsettled at most.
+        ``durable``: a durable terminus (RabbitMQ 3.x declares a
+        ``/queue/<name>`` durable, so it keeps what arrives while no one
+        receives, across its own restarts: a persistent MQTT session's
+        address)."""
+        self._command("attach", address, credit, durable)
+
+    def detach(self, address: str) -> None:
+        self._command("detach", address)
+
+    def settle(self, token: _Token, outcome: str, condition: str | None = None,
+               description: str | None = None) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        self._command("settle", token, outcome, condition, description)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._command("stop")
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    # ------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        self.container = Container(self)
+        try:
+            self.container.run()
+        except Exception:  # a bug must not pass silently
+            log.exception("AMQP downlink receiver stopped unexpectedly")
+
+    def on_start(self, event: Any) -> None:
+        event.container.selectable(self.injector)
+        self._connect()
+        self.container.schedule(_TICK_S, _Tick(self))
+
+    def _connect(self) -> None:
+        kwargs: dict[str, Any] = dict(handler=self, reconnect=False,
+                                      heartbeat=self.cfg.idle_timeout_s or None,
+                                      container_id=self.container_id,
+                                      allowed_mechs=self.cfg.sasl_mechanisms,
+                                      allow_insecure_mechs=True,
+                                      properties={symbol("product"): "lakegate"})
+        if self.user is not None:
+            kwargs["user"] = self.user
+            if self.password is not None:
+                kwargs["password"] = self.password
+        self.epoch += 1
+        self.conn = self.container.connect(url=self.url, **kwargs)
+        self.conn_up = False
+        self.links.clear()
+
+    def on_connection_opened(self, event: Any) -> None:
+        self.conn_up = True
+        if self.failures:
+            log.info("AMQP downlink: connected again to %s after %d failed attempts", self.url,
+                     self.failures)
+        self.failures = 0
+        for address, (credit, durable) in self.wanted.items():
+            self._open_link(address, credit, durable)
+        self.ready.set()
+
+    def _open_link(self, address: str, credit: int, durable: bool) -> None:
+        from proton.reactor import DurableSubscription
+
+        link = self.container.create_receiver(self.conn, address, name=f"lakegate-dl-{next(self.names)}",
+                                              handler=self,
+                                              options=DurableSubscription() if durable else None)
+        link.flow(credit)
+        self.links[address] = link
+
+    def on_link_opened(self, event: Any) -> None:
+        log.info("AMQP downlink: receiving from %s", event.link.source.address)
+
+    def on_link_error(self, event: Any) -> None:  # (MessagingHandler's name for a refused link)
+        link = event.link
+        cond = link.remote_condition
+        log.error("AMQP downlink: link on %s refused: %s", link.source.address,
+                  cond.description if cond is not None else "no reason given")
+
+    def on_transport_error(self, event: Any) -> None:
+        cond = event.transport.condition
+        log.warning("AMQP downlink: connection to %s failed: %s", self.url,
+                    cond.description if cond is not None else "transport error")
+
+    def on_disconnected(self, event: Any) -> None:
+        if self.stopping:
+            return
+        self.failures += 1
+        self.stats["reconnects"] += 1
+        self.conn_up = False
+        self.ready.clear()
+        self.reconnect_at = time.monotonic() + backoff(self.cfg, self.failures)
+        self.conn = None
+        self.links.clear()
+
+    def on_message(self, event: Any) -> None:
+        delivery = event.delivery
+        link = event.link
+        address = link.source.address
+        self.stats["received"] += 1
+        token = _Token(delivery, link, self.epoch, address)
+        try:
+            result = map_message(event.message, address, self.cfg.profile, time.time())
+        except ReverseMappingError as exc:
+            result = exc
+        self.deliver(address, result, token)
+
+    # ------------------------------------------------------------ commands
+    def on_lg_downlink_wake(self, event: Any = None) -> None:
+        while True:
+            try:
+                cmd = self.commands.get_nowait()
+            except queue.Empty:
+                return
+            getattr(self, f"_do_{cmd[0]}")(*cmd[1:])
+
+    def _do_attach(self, address: str, credit: int, durable: bool) -> None:
+        self.wanted[address] = (credit, durable)
+        if self.conn_up and address not in self.links:
+            self._open_link(address, credit, durable)
+
+    def _do_detach(self, address: str) -> None:
+        self.wanted.pop(address, None)
+        link = self.links.pop(address, None)
+        if link is not None:
+            link.close()
+
+    def _do_settle(self, token: _Token, outcome: str, condition: str | None,
+                   description: str | None) -> None:
+        if token.epoch != self.epoch or token.delivery.settled:
+            return  # its connection is gone: the peer redelivers it
+        d = token.delivery
+        if outcome == "accepted":
+            d.update(Delivery.ACCEPTED)
+        elif outcome == "released":
+            d.update(Delivery.RELEASED)
+        elif outcome == "modified":
+            d.local.failed = True
+            d.update(Delivery.MODIFIED)
+        else:
+            d.local.condition = Condition(condition or "amqp:decode-error", description)
+            d.update(Delivery.REJECTED)
+        d.settle()
+        self.stats[outcome] += 1
+        if token.address in self.links:
+            self.links[token.address].flow(1)  # one more may come: the window stays the same
+
+    def _do_stop(self) -> None:
+        self.stopping = True
+        for link in self.links.values():
+            link.close()
+        if self.conn is not None:
+            self.conn.close()
+        self.injector.close()
+        self.container.stop()
+
+    def tick(self) -> None:
+        if self.stopping:
+            return
+        if self.conn is None and time.monotonic() >= self.reconnect_at:
+            self._connect()
+        self.container.schedule(_TICK_S, _Tick(self))
+
+
+class _Tick(Handler):
+    def __init__(self, receiver: DownlinkReceiver) -> None:
+        super().__init__()
+        self.receiver = receiver
+
+    def on_timer_task(self, event: Any) -> None:
+        self.receiver.tick()
