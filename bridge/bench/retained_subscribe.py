@@ -37,7 +37,6 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -315,6 +314,3 @@ def _print(r: dict) -> None:
           + f" (replay <= {TARGETS['replay_ratio_max']}x Mosquitto, RSS <= {TARGETS['rss_mb_max']:.0f} MB, "
           f"start-up <= {TARGETS['startup_s_max']:.0f} s)")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(0)

@@ -50,14 +50,14 @@ from typing import NamedTuple
 
 from bridge.edge.message import Message
 
-__all__ = ["Barrier", "Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckMismatch"]
+__all__ = ["Barrier", "Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckMismatch",
+           "packet_id"]
 
 QUEUED, SENT, RELEASED = 0, 1, 2
 _PUBREL = struct.Struct(">BBH")
 #: retained messages a pump hands out at most (then it asks to be called
-#: again, ``Outbox.more``), and per take at QoS 0 (no window to bound it)
+#: again, ``Outbox.more``); also what one take gets at QoS 0 (no window)
 _REPLAY_BUDGET = 500
-_REPLAY_CHUNK = 500
 _U16 = struct.Struct(">H")
 
 
@@ -72,6 +72,12 @@ class Receiver(NamedTuple):
     level: int
     receive_maximum: int
     max_packet: int | None = None
+
+
+def packet_id(k: int) -> int:
+    """The Packet Identifier of a session's k-th QoS 1/2 delivery (see the
+    module docstring: it depends only on k)."""
+    return k % 65535 + 1
 
 
 class Barrier:
@@ -147,7 +153,7 @@ class Outbox:
         (oldest first) to keep the bound."""
         pid = None
         if qos:
-            pid = self.next_k % 65535 + 1
+            pid = packet_id(self.next_k)
             self.next_k += 1
         q = self.queue
         q.append(Delivery(msg, qos, retain, sub_ids, pid))
@@ -220,7 +226,7 @@ class Outbox:
                     self.more = True
                     break
                 q.popleft()
-                more = msg.take(min(max(room, 1) if msg.qos_cap else _REPLAY_CHUNK, budget))
+                more = msg.take(min(max(room, 1), budget) if msg.qos_cap else budget)
                 budget -= len(more) or 1
                 if msg.done:
                     self.replays -= 1

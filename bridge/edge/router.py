@@ -123,7 +123,7 @@ class Router:
         out: list[ClientSession] = []
         if len(found) == 1:
             # one node's subscriptions (the usual case): each client once,
-            # with one matching subscription; _push inlined
+            # with one matching subscription, no grouping needed
             subs = found[0]
             for sub in ((subs,) if type(subs) is Sub else subs.values()):
                 cid = sub.client_id
@@ -133,19 +133,9 @@ class Router:
                 if sub.no_local and cid == origin:  # [MQTT-3.8.3-3]
                     continue
                 q = sub.qos
-                if q > mqos:
-                    q = mqos
-                if not q and not s.connected:
-                    continue  # QoS 0 is not queued for a disconnected session
-                if acl is not None and not acl.can_read(s.username, cid, msg.topic):
-                    continue
-                box = s.outbox
-                n = (box if box is not None else self.outbox(s)).push(
-                    msg, q, sub.retain_as_published and mretain,
-                    () if sub.sub_id is None else (sub.sub_id,))
-                if n:
-                    self.dropped[cid] = self.dropped.get(cid, 0) + n
-                out.append(s)
+                if push(s, msg, q if q < mqos else mqos, sub.retain_as_published and mretain,
+                        () if sub.sub_id is None else (sub.sub_id,), acl, connected):
+                    out.append(s)
             if not m.shared:
                 return out
             seen = {s.client_id for s in out}

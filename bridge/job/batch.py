@@ -54,6 +54,16 @@ log = logging.getLogger(__name__)
 PUBLISH, PUBREL = 3, 6
 
 
+def _last_offsets(table) -> dict[int, int]:
+    """The highest capture offset per partition among a batch's rows."""
+    if table.num_rows == 0:
+        return {}
+    ends = table.group_by("partition").aggregate([("offset", "max")])
+    return {int(p): int(o) for p, o in zip(ends["partition"].to_pylist(),
+                                           ends["offset_max"].to_pylist())
+            if p is not None and o is not None}
+
+
 class StopRequested(RuntimeError):
     """Raised by the batch step instead of starting a batch once a stop was requested."""
 
@@ -183,8 +193,9 @@ class BatchStep:
                 t1 = time.monotonic()
                 table = frames.toArrow()
                 t2 = time.monotonic()
+                last = _last_offsets(table)  # per capture partition, once per batch
                 stats.tables = write_tables(self.engine, table, self.app_id, batch_id,
-                                            coverage=self._coverage(table, batch_id))
+                                            coverage=self._coverage(last, batch_id))
                 t3 = time.monotonic()
                 stats.extra["timing_s"] = {"read_parse": round(t2 - t1, 3), "tables": round(t3 - t2, 3)}
                 if self.forward is not None:
@@ -206,7 +217,7 @@ class BatchStep:
                         stats.tables = dataclasses.replace(stats.tables, quarantined=stats.tables.quarantined + n)
                         rules = ", ".join(sorted({f.rule for f in failures}))
                         log.warning("batch %d: %d rows not forwardable, quarantined (%s)", batch_id, n, rules)
-                    self._mark_processed(table)
+                    self._mark_processed(last)
                     stats.extra["timing_s"]["forward"] = round(time.monotonic() - t3, 3)
                 log.debug("batch %d timing: %s", batch_id, stats.extra.get("timing_s"))
             finally:
@@ -216,11 +227,12 @@ class BatchStep:
         if self.on_stats is not None:
             self.on_stats(stats)
 
-    def _coverage(self, table, batch_id: int) -> str:
+    def _coverage(self, last: dict[int, int], batch_id: int) -> str:
         """The retained commit's ``userMetadata``: per capture partition, the
         first offset not reflected once this batch is committed (its highest
         offset + 1, else what the table recorded before; a lower bound, see
-        ``bridge.tables.coverage``)."""
+        ``bridge.tables.coverage``). ``last``: the batch's highest offset
+        per partition."""
         from bridge.tables.coverage import coverage_metadata, covered_offsets
 
         stream = self.config.capture.stream
@@ -230,26 +242,24 @@ class BatchStep:
             except Exception as exc:  # no table yet, or no history: nothing is covered
                 log.debug("retained coverage: none recorded yet (%s)", exc)
                 self._covered = {}
-        if table.num_rows:
-            ends = table.group_by("partition").aggregate([("offset", "max")])
-            for p, o in zip(ends["partition"].to_pylist(), ends["offset_max"].to_pylist()):
-                if p is not None and o is not None and o + 1 > self._covered.get(p, 0):
-                    self._covered[int(p)] = int(o) + 1
+        for p, o in last.items():
+            if o + 1 > self._covered.get(p, 0):
+                self._covered[p] = o + 1
         return coverage_metadata(stream, self._covered, self.app_id, batch_id)
 
-    def _mark_processed(self, table) -> None:
+    def _mark_processed(self, last: dict[int, int]) -> None:
         """After the whole batch is forwarded, raise each partition's forwarded
-        mark to the batch's last offset: records that needed no forwarding
-        (CONNECT, quarantined frames, QoS 2 duplicates) must not hold back an
-        ``ack_after = "forward"`` acknowledgement waiting behind them."""
-        if table.num_rows == 0:
+        mark to the batch's last offset (``last``): records that needed no
+        forwarding (CONNECT, quarantined frames, QoS 2 duplicates) must not
+        hold back an ``ack_after = "forward"`` acknowledgement waiting behind
+        them."""
+        if not last:
             return
         from bridge.amqp.forwarded import ForwardedOffsets
 
         marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
-        ends = table.group_by("partition").aggregate([("offset", "max")])
-        for partition, offset in zip(ends["partition"].to_pylist(), ends["offset_max"].to_pylist()):
-            marks.record(int(partition), int(offset))
+        for partition, offset in last.items():
+            marks.record(partition, offset)
 
     def _maybe_maintain(self) -> None:
         interval = self.config.tables.compact_interval_s

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping
 
-__all__ = ["coverage_metadata", "covered_offsets", "parse_coverage"]
+__all__ = ["coverage_entry", "coverage_metadata", "covered_offsets", "parse_coverage"]
 
 _KEY = "lakegate"
 
@@ -36,15 +36,25 @@ def coverage_metadata(stream: str, offsets: Mapping[int, int], query: str, batch
                               "query": query, "batch": int(batch)}}, separators=(",", ":"))
 
 
-def parse_coverage(user_metadata: str | None) -> tuple[str, dict[int, int]] | None:
-    """(stream, offsets) of a commit's ``userMetadata``; None when it has none."""
+def coverage_entry(user_metadata: str | None) -> dict | None:
+    """The ``lakegate`` entry of a commit's ``userMetadata`` (``stream``,
+    ``capture_offsets`` with int keys and values, ``query``, ``batch``);
+    None when it has none."""
     if not user_metadata:
         return None
     try:
-        doc = json.loads(user_metadata)[_KEY]
-        return str(doc["stream"]), {int(p): int(o) for p, o in doc["capture_offsets"].items()}
+        doc = dict(json.loads(user_metadata)[_KEY])
+        doc["stream"] = str(doc["stream"])
+        doc["capture_offsets"] = {int(p): int(o) for p, o in doc["capture_offsets"].items()}
+        return doc
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def parse_coverage(user_metadata: str | None) -> tuple[str, dict[int, int]] | None:
+    """(stream, offsets) of a commit's ``userMetadata``; None when it has none."""
+    doc = coverage_entry(user_metadata)
+    return None if doc is None else (doc["stream"], doc["capture_offsets"])
 
 
 def covered_offsets(history: Iterable[Mapping], stream: str) -> dict[int, int] | None:

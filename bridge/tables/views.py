@@ -44,20 +44,15 @@ _VERSIONS_DDL = ("version BIGINT, committed_at TIMESTAMP, operation STRING, stre
 def _versions(spark: "SparkSession", engine: TableEngine):
     """The ``retained_versions`` view's rows (from the table's commit infos)."""
     import datetime as dt
-    import json
 
-    from bridge.tables.coverage import parse_coverage
+    from bridge.tables.coverage import coverage_entry
 
     rows = []
     for h in engine.history("retained"):
-        meta = h.get("userMetadata")
-        cov = parse_coverage(meta)
-        doc = {}
-        if cov is not None:
-            doc = json.loads(meta).get("lakegate", {})
+        doc = coverage_entry(h.get("userMetadata")) or {}
         ts = h.get("timestamp")
         rows.append((h.get("version"), dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
-                     h.get("operation"), cov[0] if cov else None, cov[1] if cov else None,
+                     h.get("operation"), doc.get("stream"), doc.get("capture_offsets"),
                      doc.get("query"), doc.get("batch")))
     return spark.createDataFrame(rows, _VERSIONS_DDL)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import collections
 
-from bridge.edge.delivery import Barrier, Delivery
+from bridge.edge.delivery import Barrier, Delivery, packet_id
 from bridge.edge.message import Message
 
 __all__ = ["BLOCK", "Replay", "ReplayedDelivery"]
@@ -113,7 +113,7 @@ class Replay(Barrier):
         q = msg.qos if msg.qos < self.qos_cap else self.qos_cap
         pid = None
         if q:
-            pid = self.k % 65535 + 1
+            pid = packet_id(self.k)
             self.k += 1
         return ReplayedDelivery(msg, q, True, self.sub_ids, pid)  # RETAIN 1 [MQTT-3.3.1-8]
 
