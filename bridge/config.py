@@ -214,6 +214,22 @@ class AmqpConfig:
     #: rcv-settle-mode of the QoS 2 sender link: "profile" (seed: first,
     #: enmasse: second), "first" or "second". RabbitMQ 3.x refuses "second".
     qos2_rcv_settle_mode: str = "profile"
+    #: AMQP -> MQTT (the edge's receiving links, ``bridge.edge.downlink``):
+    #: off unless true (the edge then receives from ``url``).
+    downlink: bool = False
+    #: Each connected client's own address ({client_id}); the seed's
+    #: ``$mqtt.to.{client_id}``. RabbitMQ 3.x takes only its own address
+    #: forms: ``/queue/mqtt.to.{client_id}`` (a queue it keeps while the
+    #: client is away). Empty: no per-client links.
+    client_address_template: str = "$mqtt.to.{client_id}"
+    #: The one topic link of the edge (messages sent to a topic address,
+    #: matched against the edge's subscriptions); empty: none.
+    downlink_topic_address: str = "/topic/#"
+    #: Unsettled messages the topic link holds at most (its credit).
+    downlink_credit: int = 100
+    #: QoS 2 to a subscriber: "peer" (the seed: PUBREL to the client once the
+    #: AMQP side sends AMQP_PUBREL) or "edge" (the edge sends PUBREL at PUBREC).
+    downlink_pubrel: str = "peer"
 
 
 @dataclass
@@ -325,6 +341,7 @@ class Config:
 _CHOICES: dict[str, tuple[str, ...]] = {
     "amqp.profile": ("seed", "enmasse"),
     "amqp.qos2_rcv_settle_mode": ("profile", "first", "second"),
+    "amqp.downlink_pubrel": ("peer", "edge"),
     "edge.ack_after": ("capture", "forward"),
     "tables.engine": ("auto", "delta-rs", "delta-spark"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -354,6 +371,7 @@ _POSITIVE = {
     "edge.retained_cache_bytes",
     "edge.retained_refresh_s",
     "job.max_records_per_trigger",
+    "amqp.downlink_credit",
     "spark.shuffle_partitions",
 }
 _PORTS = {"edge.port", "edge.tls_port"}

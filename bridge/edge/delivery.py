@@ -37,6 +37,14 @@ PUBREC and PUBCOMP, and on a reconnection asks for the re-sends
   with that Packet Identifier is a Protocol Error [LG-edge-ack-mismatch];
   one for an identifier with no delivery is answered as before (the session
   decides).
+* **Messages from the AMQP network** (``Message.sink`` set, see
+  :mod:`bridge.edge.downlink`) are not in the capture log, so they must not
+  shift the numbering above: each takes a free Packet Identifier far ahead
+  of it (``packet_id(next_k + 32767 + j)``, skipping those in use), and the
+  sink is told when each QoS 1/2 delivery of it ends (acknowledged, or
+  dropped by the queue bound, expiry, size or the session's end). With the
+  seed's QoS 2 flow (``sink.peer_pubrel``) a PUBREC leaves the delivery
+  RECEIVED: the PUBREL goes only when the AMQP side sends AMQP_PUBREL.
 * **Re-sends** on reconnection: every unacknowledged PUBLISH again with DUP
   1, and PUBREL for the released ones, in their original order
   [MQTT-4.4.0-1]; DUP is set only there [MQTT-3.3.1-1, MQTT-3.3.1-3].
@@ -50,10 +58,12 @@ from typing import NamedTuple
 
 from bridge.edge.message import Message
 
-__all__ = ["Barrier", "Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "AckMismatch",
-           "packet_id"]
+__all__ = ["Barrier", "Delivery", "Outbox", "Receiver", "QUEUED", "SENT", "RELEASED", "RECEIVED",
+           "AckMismatch", "packet_id"]
 
-QUEUED, SENT, RELEASED = 0, 1, 2
+#: RECEIVED: a QoS 2 delivery from the AMQP network, PUBREC received, its
+#: PUBREL not due until the AMQP side sends AMQP_PUBREL (the seed's flow)
+QUEUED, SENT, RELEASED, RECEIVED = 0, 1, 2, 3
 _PUBREL = struct.Struct(">BBH")
 #: retained messages a pump hands out at most (then it asks to be called
 #: again, ``Outbox.more``); also what one take gets at QoS 0 (no window)
@@ -120,7 +130,7 @@ class Delivery:
 
     def __repr__(self) -> str:
         return (f"Delivery({self.msg!r}, qos={self.qos}, pid={self.pid}, "
-                f"state={('queued', 'sent', 'released')[self.state]})")
+                f"state={('queued', 'sent', 'released', 'received')[self.state]})")
 
 
 class Outbox:
@@ -143,6 +153,9 @@ class Outbox:
         self.replays = 0
         #: the last pump stopped at its replay budget: pump again soon
         self.more = False
+        #: Packet Identifiers held by deliveries of AMQP messages (see above)
+        self.dl_pids: set[int] = set()
+        self._dl_j = 0
 
     def __len__(self) -> int:
         return len(self.queue) + len(self.inflight)
@@ -153,14 +166,39 @@ class Outbox:
         (oldest first) to keep the bound."""
         pid = None
         if qos:
-            pid = packet_id(self.next_k)
-            self.next_k += 1
+            if msg.sink is None:
+                pid = packet_id(self.next_k)
+                self.next_k += 1
+            else:
+                pid = self._free_pid()
+                msg.sink.copies += 1
         q = self.queue
         q.append(Delivery(msg, qos, retain, sub_ids, pid))
         self.queued_bytes += msg.size
         if len(q) > self.max_messages or self.queued_bytes > self.max_bytes:
             return self._bound()
         return 0
+
+    def _free_pid(self) -> int:
+        """A Packet Identifier for a delivery of an AMQP message: far ahead of
+        the captured numbering, not held by another such delivery nor in flight."""
+        held = self.dl_pids
+        for _ in range(65536):
+            pid = packet_id(self.next_k + 32767 + self._dl_j)
+            self._dl_j = (self._dl_j + 1) % 32768
+            if pid not in held and pid not in self.inflight:
+                held.add(pid)
+                return pid
+        raise RuntimeError("no free Packet Identifier")  # 32,768 AMQP deliveries held at once
+
+    def _end(self, d: Delivery, ok: bool) -> None:
+        """A delivery of an AMQP message ended (``ok``: acknowledged, or
+        ended as the standard says a delivery may: expired, too large)."""
+        sink = d.msg.sink
+        if sink is not None and d.qos:
+            if d.state != RECEIVED:
+                self.dl_pids.discard(d.pid)
+            sink.end(d, ok)
 
     def _bound(self) -> int:
         q = self.queue
@@ -174,6 +212,8 @@ class Outbox:
                 if (over > 0 or self.queued_bytes > self.max_bytes) and type(d) is Delivery \
                         and not isinstance(d.msg, Barrier):
                     self.queued_bytes -= d.msg.size
+                    if d.msg.sink is not None:
+                        self._end(d, False)
                     n += 1
                     over -= 1
                 else:
@@ -183,6 +223,8 @@ class Outbox:
             while q and (len(q) > self.max_messages or self.queued_bytes > self.max_bytes):
                 d = q.popleft()
                 self.queued_bytes -= d.msg.size
+                if d.msg.sink is not None:
+                    self._end(d, False)
                 n += 1
         self.dropped += n
         return n
@@ -249,11 +291,15 @@ class Outbox:
             else:
                 if msg.expiry is not None and msg.remaining(now) <= 0:
                     self.expired += 1  # [MQTT-3.3.2-5]
+                    if msg.sink is not None:
+                        self._end(d, True)
                     continue
                 frame = msg.frame(level, qos, d.pid, dup=d.dup and qos > 0, retain=d.retain,
                                   sub_ids=d.sub_ids, now=now)
             if maxp is not None and len(frame) > maxp:
                 self.too_large += 1  # [MQTT-3.1.2-25]
+                if msg.sink is not None:
+                    self._end(d, True)
                 continue
             out.append(frame)
             if qos:
@@ -282,8 +328,12 @@ class Outbox:
             if d.state == RELEASED:
                 out.append(_PUBREL.pack(0x62, 2, pid))
                 keep[pid] = d
+            elif d.state == RECEIVED:
+                keep[pid] = d  # its PUBREL waits for the AMQP side's AMQP_PUBREL
             elif maxp is not None and d.msg.frame_size(rx.level, d.qos, d.sub_ids) > maxp:
                 self.too_large += 1
+                if d.msg.sink is not None:
+                    self._end(d, True)
             elif len(keep) >= rx.receive_maximum:
                 d.state = QUEUED
                 d.dup = True
@@ -312,6 +362,8 @@ class Outbox:
         if d.qos != 1:
             raise AckMismatch(f"PUBACK for Packet Identifier {pid}, a QoS 2 delivery")
         del self.inflight[pid]
+        if d.msg.sink is not None:
+            self._end(d, True)
         return d
 
     def puback_run(self, pids, refs: list) -> int:
@@ -333,6 +385,8 @@ class Outbox:
             else:
                 del inflight[pid]
                 refs.append(d.msg.ref_header)
+                if d.msg.sink is not None:
+                    self._end(d, True)
             n += 1
         return n
 
@@ -344,8 +398,16 @@ class Outbox:
             return None
         if d.qos != 2:
             raise AckMismatch(f"PUBREC for Packet Identifier {pid}, a QoS 1 delivery")
+        if d.state != SENT:  # a second PUBREC: PUBREL again (or, RECEIVED, still not due)
+            return d
+        sink = d.msg.sink
         if reason_code >= 0x80:
             del self.inflight[pid]
+            if sink is not None:
+                self._end(d, True)  # the client refused it: its delivery ended [MQTT-4.3.3-4]
+        elif sink is not None and sink.peer_pubrel:
+            d.state = RECEIVED
+            self._end(d, True)      # the AMQP_PUBLISH is done with; AMQP_PUBREL comes next
         else:
             d.state = RELEASED
         return d
@@ -359,9 +421,24 @@ class Outbox:
             raise AckMismatch(f"PUBCOMP for Packet Identifier {pid}, "
                               + ("a QoS 1 delivery" if d.qos == 1 else "before PUBREC"))
         del self.inflight[pid]
+        if d.msg.sink is not None:
+            self._end(d, True)
+        return d
+
+    def release(self, pid: int) -> Delivery | None:
+        """AMQP_PUBREL for the RECEIVED delivery ``pid``: its PUBREL is due
+        now (the caller sends it, or the re-send on reconnection does)."""
+        d = self.inflight.get(pid)
+        if d is None or d.state != RECEIVED:
+            return None
+        d.state = RELEASED
         return d
 
     def clear(self) -> None:
+        for d in list(self.inflight.values()) + list(self.queue):
+            if type(d) is Delivery and d.msg.sink is not None and d.state != RECEIVED:
+                self._end(d, False)
+        self.dl_pids.clear()
         self.queue.clear()
         self.inflight.clear()
         self.queued_bytes = 0

@@ -119,7 +119,8 @@ class Message:
     the server's clock (see the module docstring)."""
 
     __slots__ = ("topic", "qos", "retain", "origin", "received", "expiry", "ref", "ready",
-                 "_topic_b", "_props", "_exp_at", "payload", "size", "_cache", "ref_header")
+                 "_topic_b", "_props", "_exp_at", "payload", "size", "_cache", "ref_header",
+                 "sink")
 
     def __init__(self, topic: str, qos: int, retain: bool, payload: bytes, props: bytes = b"",
                  *, origin: str = "", received: float = 0.0, expiry: int | None = None,
@@ -142,6 +143,9 @@ class Message:
         #: ``partition:offset`` of the capture record (the ``ack_ref``
         #: header of the subscribers' acknowledgements); ``-`` without one
         self.ref_header = b"-" if ref is None else b"%d:%d" % ref
+        #: a message from the AMQP network (``bridge.edge.downlink``): told
+        #: when each QoS 1/2 delivery of it ends (None: a captured message)
+        self.sink = None
 
     @classmethod
     def from_frame(cls, frame: bytes, level: int, *, topic: str | None = None, origin: str = "",

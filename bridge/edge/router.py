@@ -65,6 +65,9 @@ class Router:
         #: retained messages served on SUBSCRIBE (bridge.edge.retained.store;
         #: None: none are)
         self.retained = None
+        #: called with the Client Identifier when a session ends (its AMQP
+        #: link goes, bridge.edge.downlink)
+        self.on_drop: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ sessions
     def outbox(self, client: ClientSession) -> Outbox:
@@ -84,6 +87,8 @@ class Router:
         s = self.sessions.pop(client_id, None)
         if s is not None and s.outbox is not None:
             s.outbox.clear()
+        if self.on_drop is not None:
+            self.on_drop(client_id)
         return self.tree.remove_client(client_id)
 
     # ------------------------------------------------------------ subscriptions
@@ -190,8 +195,11 @@ class Router:
 
     def _push(self, s: ClientSession, msg: Message, qos: int, retain: bool,
               ids: tuple[int, ...], acl, connected: Callable[[str], bool]) -> bool:
-        if not s.connected and qos == 0:
-            return False  # QoS 0 is not queued for a disconnected session
+        if not s.connected and (qos == 0 or msg.sink is not None):
+            # QoS 0 is not queued for a disconnected session, nor a message
+            # from the AMQP topic link (bridge.edge.downlink: it would hold
+            # the link's credit while the client stays away)
+            return False
         if acl is not None and not acl.can_read(s.username, s.client_id, msg.topic):
             return False
         box = s.outbox

@@ -85,6 +85,7 @@ from bridge.edge.fanout import FanOut
 from bridge.edge.housekeeping import SessionHousekeeping
 from bridge.edge.incomplete import IncompleteFrames
 from bridge.edge.persist import recover
+from bridge.edge.downlink import DownlinkHub
 from bridge.edge.retained.serving import RetainedServing
 from bridge.edge.retained.store import RetainedStore
 from bridge.edge.router import Router
@@ -186,6 +187,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._retained_task: asyncio.Task | None = None
         #: retained messages on SUBSCRIBE (bridge.edge.retained), from start()
         self.retained: RetainedStore | None = None
+        #: AMQP -> MQTT (bridge.edge.downlink), from start() when amqp.downlink
+        self.downlink: DownlinkHub | None = None
         self._snapshot_seq = -1
         self._stopping = False
         self._boot = _base36(int(time.time() * 1000))
@@ -262,6 +265,10 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._snapshot_task = loop.create_task(self._snapshot_loop())
         self._frame_task = loop.create_task(self._frame_timeouts())
         self._retained_task = loop.create_task(self._retained_refresh())
+        if cfg.amqp.downlink and cfg.amqp.url:  # AMQP -> MQTT (bridge.edge.downlink)
+            self.downlink = DownlinkHub(self, cfg.amqp)
+            self.router.on_drop = self.downlink.session_ended
+            self.downlink.start()
         return self.addresses
 
     @property
@@ -500,6 +507,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                  " tls" if conn.tls else "", req.clean_start, session.keepalive, present,
                  "yes" if req.username is not None else "no")
         self.perform(conn, session.accept(client, present, self.loop.time()))
+        if self.downlink is not None:
+            self.downlink.connected(conn)
         self.account(conn)
         self._arm(conn)
 
@@ -580,6 +589,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             self._retained_task.cancel()
         if self.auth is not None:
             self.auth.close()
+        if self.downlink is not None:  # what is unsettled is the peer's to deliver again
+            await asyncio.to_thread(self.downlink.stop)
         if self.forward is not None:
             self.forward.stop()
         if self.failed is None:

@@ -39,7 +39,7 @@ import struct
 from bridge.capture.record import Headers
 from bridge.edge import rules as edge_rules
 from bridge.edge.actions import Action, Capture, Notice, Send
-from bridge.edge.delivery import AckMismatch, Receiver
+from bridge.edge.delivery import RELEASED, AckMismatch, Receiver
 from bridge.edge.handshake import CONNECTED
 from bridge.edge.topics import Sub
 from bridge.mqtt import PubAck, PubRec, Subscribe, Unsubscribe
@@ -190,7 +190,7 @@ class SubscriberFlows:
         reply = None
         if t is PubRec:
             if d is not None:
-                if reason_code < 0x80:
+                if reason_code < 0x80 and d.state == RELEASED:  # (RECEIVED: AMQP_PUBREL first)
                     reply = _ACK.pack(0x62, 2, pid)
             elif reason_code < 0x80:
                 # answers nothing the edge sent; a sender must still answer
