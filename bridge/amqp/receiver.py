@@ -175,7 +175,14 @@ class DownlinkReceiver(MessagingHandler):
     def _open_link(self, address: str, credit: int, durable: bool) -> None:
         from proton.reactor import DurableSubscription
 
-        link = self.container.create_receiver(self.conn, address, name=f"lakegate-dl-{next(self.names)}",
+        # a session per link: RabbitMQ 3.x keeps what a detached link left
+        # unsettled until the link's session ends (one AMQP 0-9-1 channel
+        # per session), so the session ends with the link and the peer
+        # delivers it again to the next link (measured: with one shared
+        # session the message stayed unacknowledged and never came again)
+        ssn = self.conn.session()
+        ssn.open()
+        link = self.container.create_receiver(ssn, address, name=f"lakegate-dl-{next(self.names)}",
                                               handler=self,
                                               options=DurableSubscription() if durable else None)
         link.flow(credit)
@@ -237,6 +244,7 @@ class DownlinkReceiver(MessagingHandler):
         link = self.links.pop(address, None)
         if link is not None:
             link.close()
+            link.session.close()
 
     def _do_settle(self, token: _Token, outcome: str, condition: str | None,
                    description: str | None) -> None:

@@ -157,7 +157,18 @@ class DownlinkHub:
 
     def connected(self, conn: Connection) -> None:
         """A client's connection was accepted: receive on its own address
-        (again: a persistent session's link may still be attached)."""
+        once it has a subscription (a persistent session's link may still
+        be attached)."""
+        if self.server.router.count(conn.session.client_id):
+            self._attach(conn)
+
+    def subscribed(self, client_id: str) -> None:
+        """A subscription was added: a connected client's address is received from."""
+        conn = self.server.clients.get(client_id)
+        if conn is not None:
+            self._attach(conn)
+
+    def _attach(self, conn: Connection) -> None:
         if not self.cfg.client_address_template:
             return
         cid = conn.session.client_id
@@ -204,6 +215,12 @@ class DownlinkHub:
             self._settle(token, "accepted")
             return
         cid = self.client_of.get(address)
+        if cid is None and address != self.cfg.downlink_topic_address:
+            # a client address whose link is going (the client left): the
+            # peer keeps it for the next link on that address
+            self.stats["released"] += 1
+            self._settle(token, "released")
+            return
         key = None if dl.message_id is None else str(dl.message_id)
         peer = dl.qos == 2 and self.cfg.downlink_pubrel == "peer" and key is not None
         p = Pending(self, token, peer, key)

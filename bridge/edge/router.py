@@ -68,6 +68,8 @@ class Router:
         #: called with the Client Identifier when a session ends (its AMQP
         #: link goes, bridge.edge.downlink)
         self.on_drop: Callable[[str], None] | None = None
+        #: called with the Client Identifier after a subscription is added
+        self.on_subscribe: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ sessions
     def outbox(self, client: ClientSession) -> Outbox:
@@ -95,7 +97,10 @@ class Router:
     def subscribe(self, client: ClientSession, sub: Sub) -> Sub | None:
         """Add or replace [MQTT-3.8.4-3] a subscription; returns the replaced one."""
         self.sessions[client.client_id] = client
-        return self.tree.add(sub)
+        replaced = self.tree.add(sub)
+        if self.on_subscribe is not None:
+            self.on_subscribe(client.client_id)
+        return replaced
 
     def unsubscribe(self, client_id: str, topic_filter: str) -> bool:
         return self.tree.remove(client_id, topic_filter) is not None

@@ -268,6 +268,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         if cfg.amqp.downlink and cfg.amqp.url:  # AMQP -> MQTT (bridge.edge.downlink)
             self.downlink = DownlinkHub(self, cfg.amqp)
             self.router.on_drop = self.downlink.session_ended
+            self.router.on_subscribe = self.downlink.subscribed
             self.downlink.start()
         return self.addresses
 

@@ -1,0 +1,249 @@
+"""AMQP -> MQTT through the edge (bridge/edge/downlink.py, issue 24) on the
+real RabbitMQ of scripts/services: a python-qpid-proton producer sends to a
+client's own address and to topic addresses; paho-mqtt, mosquitto_sub and
+raw MQTT clients receive.
+
+With RabbitMQ in between, the producer's disposition is RabbitMQ's (given
+when the message is queued). What the edge settles is RabbitMQ's delivery to
+it, so "accepted only after the MQTT acknowledgement" is checked on the
+edge's receiver (its counted outcomes) and by what RabbitMQ does next: a
+released message comes again, an accepted one does not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.properties import Properties as PahoProperties
+from paho.mqtt.packettypes import PacketTypes
+from proton import Message, symbol
+from proton.utils import BlockingConnection
+
+from bridge.mqtt import Subscribe, Subscription
+from tests.amqp.conftest import rabbitmqctl
+from tests.edge.conftest import RawClient
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.broker
+
+CLIENT_ADDRESS = "/queue/mqtt.to.{client_id}"
+
+
+@pytest.fixture
+def downlink(run_edge, rabbitmq):
+    """A function: -> (edge, prefix); the edge receives from RabbitMQ on the
+    client addresses and on ``/topic/<prefix>.#``. Queues it made are deleted."""
+    made: list[str] = []
+
+    def start(*extra: str):
+        prefix = f"dl{uuid.uuid4().hex[:8]}"
+        e = run_edge(f"amqp.url={rabbitmq}", "amqp.downlink=true",
+                     f"amqp.client_address_template={CLIENT_ADDRESS}",
+                     f"amqp.downlink_topic_address=/topic/{prefix}.#", "amqp.retry_backoff_s=0.1",
+                     *extra)
+        hub = e.server.downlink
+        wait_for(lambda: hub.rx.links, 15, "the topic link")
+        made.append(prefix)
+        return e, prefix
+
+    yield start
+    ctl = rabbitmqctl()
+    if ctl is not None:  # the client queues of this test's clients (named after the prefix)
+        out = subprocess.run([ctl, "-q", "list_queues", "name"], capture_output=True, text=True,
+                             timeout=60).stdout
+        for name in out.split():
+            if any(p in name for p in made):
+                subprocess.run([ctl, "-q", "delete_queue", name], capture_output=True, timeout=60)
+
+
+def send(url: str, address: str, *messages: Message) -> None:
+    conn = BlockingConnection(url, timeout=15)
+    try:
+        s = conn.create_sender(address)
+        for m in messages:
+            s.send(m)
+    finally:
+        conn.close()
+
+
+def cmd(topic: str, body: bytes, qos: int | None = None, **kw) -> Message:
+    ann = {} if qos is None else {symbol("x-qos"): qos}
+    ann.update(kw.pop("annotations", {}))
+    return Message(address=topic, body=body, annotations=ann or None, **kw)
+
+
+def link_ready(edge, address: str) -> None:
+    wait_for(lambda: address in edge.server.downlink.rx.links, 15, f"the link on {address}")
+
+
+def raw_subscriber(edge, cid: str, level: int, topic_filter: str, qos: int,
+                   clean: bool = True, **connect) -> RawClient:
+    c = RawClient(edge.port, timeout=10)
+    ack = c.connect(level, client_id=cid, clean_start=clean, **connect)
+    assert ack[0] == 0x20
+    c.send_packet(Subscribe(1, [Subscription(topic_filter, qos)]), level)
+    assert c.packet()[0] == 0x90
+    return c
+
+
+def test_amqp_to_topic_reaches_every_matching_subscriber_MQTT_3_3_1_12(downlink, rabbitmq):
+    """Paho (MQTT 5) and mosquitto_sub (3.1.1) subscribers of a topic get
+    what a proton producer sends to its topic address: QoS = min(message,
+    granted), RETAIN 0 on a live delivery [MQTT-3.3.1-12], properties from
+    the reverse mapping."""
+    edge, prefix = downlink()
+    topic = f"{prefix}/devices/7/cmd"
+    got: list = []
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}p", protocol=mqtt.MQTTv5)
+    c.on_message = lambda cl, u, m: got.append(m)
+    c.connect("127.0.0.1", edge.port)
+    c.loop_start()
+    sub = None
+    try:
+        c.subscribe(f"{prefix}/devices/+/cmd", qos=1)
+        wait_for(lambda: edge.server.router.count(f"{prefix}p"), 10, "the paho subscription")
+        if shutil.which("mosquitto_sub"):
+            sub = subprocess.Popen(["mosquitto_sub", "-h", "127.0.0.1", "-p", str(edge.port),
+                                    "-i", f"{prefix}m", "-t", topic, "-q", "2", "-V", "mqttv311",
+                                    "-v"], stdout=subprocess.PIPE, text=True)
+            wait_for(lambda: edge.server.router.count(f"{prefix}m"), 10, "mosquitto_sub's subscription")
+        send(rabbitmq, f"/topic/{prefix}.devices.7.cmd",
+             cmd(topic, b"q0", 0),
+             cmd(topic, b"q1", 1, content_type="text/plain", correlation_id=b"\x01\x02",
+                 reply_to=f"/topic/{prefix}.devices.7.reply", properties={"k": "v"},
+                 annotations={symbol("x-retain"): True}),
+             cmd(topic, b"q2", 2, ttl=120.0))
+        wait_for(lambda: len(got) >= 3, 15, "three messages at the paho subscriber")
+        by = {m.payload: m for m in got}
+        assert [by[p].qos for p in (b"q0", b"q1", b"q2")] == [0, 1, 1]  # granted 1
+        assert not any(m.retain for m in got)  # [MQTT-3.3.1-12]
+        p1 = by[b"q1"].properties
+        assert p1.ContentType == "text/plain" and p1.CorrelationData == b"\x01\x02"
+        assert p1.ResponseTopic == f"{prefix}/devices/7/reply"
+        assert p1.UserProperty == [("k", "v")]
+        assert 115 <= by[b"q2"].properties.MessageExpiryInterval <= 120
+        if sub is not None:
+            lines = []
+            deadline = time.monotonic() + 15
+            while len(lines) < 3 and time.monotonic() < deadline:
+                lines.append(sub.stdout.readline().strip())
+            assert lines == [f"{topic} q0", f"{topic} q1", f"{topic} q2"]
+        hub = edge.server.downlink
+        wait_for(lambda: hub.rx.stats["accepted"] >= 3, 10, "three accepted")
+    finally:
+        c.disconnect()
+        c.loop_stop()
+        if sub is not None:
+            sub.terminate()
+            sub.wait(10)
+
+
+def test_qos1_accepted_only_after_puback_and_released_when_the_client_drops(downlink, rabbitmq):
+    """The seed's QoS 1 flow on the client's own address: the delivery stays
+    unsettled until PUBACK; a clean-session client that drops without
+    PUBACK gets it again on its next connection (released, not accepted)."""
+    edge, prefix = downlink()
+    cid = f"{prefix}c"
+    hub = edge.server.downlink
+    topic = f"{prefix}/devices/7/cmd"
+    c = raw_subscriber(edge, cid, 5, topic, 1)
+    link_ready(edge, CLIENT_ADDRESS.format(client_id=cid))
+    send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"reboot", 1))
+    pub = c.packet()
+    assert pub[0] == 0x32 and pub.endswith(b"reboot")
+    time.sleep(0.3)  # time enough for a wrong early settlement to be counted
+    assert hub.rx.stats["accepted"] == 0 and hub.rx.stats["released"] == 0
+    c.close()  # no PUBACK
+    wait_for(lambda: hub.rx.stats["released"] == 1, 10, "the delivery released")
+    c = raw_subscriber(edge, cid, 5, topic, 1)
+    again = c.packet()
+    assert again, (hub.stats, hub.rx.stats, list(hub.rx.links), hub.client_of)
+    assert again[0] == 0x32 and again.endswith(b"reboot")
+    pid = again[2 + 2 + len(topic):4 + 2 + len(topic)]
+    c.send(b"\x40\x02" + pid)
+    wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "accepted after the PUBACK")
+    c.send(b"\xe0\x00")
+    c.close()
+
+
+def test_qos2_seed_flow_amqp_pubrel_then_pubcomp(downlink, rabbitmq):
+    """QoS 2 as the seed draws it: AMQP_PUBLISH accepted at PUBREC, no PUBREL
+    to the client until AMQP_PUBREL (subject "pubrel", same message-id)
+    comes, which is accepted at PUBCOMP."""
+    edge, prefix = downlink()
+    cid = f"{prefix}q"
+    hub = edge.server.downlink
+    topic = f"{prefix}/cmd"
+    c = raw_subscriber(edge, cid, 4, topic, 2)
+    link_ready(edge, CLIENT_ADDRESS.format(client_id=cid))
+    send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"two", 2, id="m-1"))
+    pub = c.packet()
+    assert pub[0] == 0x34 and pub.endswith(b"two")
+    pid = pub[4 + len(topic):6 + len(topic)]
+    c.send(b"\x50\x02" + pid)  # PUBREC
+    wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "AMQP_PUBLISH accepted at PUBREC")
+    c.sock.settimeout(0.5)
+    assert c.packet() == b""  # no PUBREL before AMQP_PUBREL
+    c.sock.settimeout(10)
+    send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", Message(address=topic, subject="pubrel", id="m-1"))
+    assert c.packet() == b"\x62\x02" + pid
+    assert hub.rx.stats["accepted"] == 1  # the AMQP_PUBREL waits for PUBCOMP
+    c.send(b"\x70\x02" + pid)
+    wait_for(lambda: hub.rx.stats["accepted"] == 2, 10, "AMQP_PUBREL accepted at PUBCOMP")
+    c.send(b"\xe0\x00")
+    c.close()
+
+
+def test_lakegate_own_messages_and_malformed_ones_never_reach_subscribers(downlink, rabbitmq):
+    """Loop suppression (a message carrying lakegate-id was delivered from
+    the capture log already), a message without a usable body rejected
+    [LG-amqp-body], one no subscription matches rejected
+    [LG-amqp-no-subscription]; the link stays: the next message arrives."""
+    edge, prefix = downlink()
+    hub = edge.server.downlink
+    topic = f"{prefix}/t"
+    c = raw_subscriber(edge, f"{prefix}s", 5, topic, 1)
+    own = cmd(topic, b"mine", 1)
+    own.properties = {"lakegate-id": "mqtt-frames/0/7"}
+    send(rabbitmq, f"/topic/{prefix}.t", own, cmd(topic, {"a": 1}, 1),
+         cmd(f"{prefix}/nobody", b"x", 1), cmd(topic, b"after", 1))
+    pub = c.packet()
+    assert pub.endswith(b"after")
+    wait_for(lambda: hub.stats["own"] == 1 and hub.rx.stats["rejected"] == 2, 10, "the outcomes")
+    c.send(b"\x40\x02" + pub[4 + len(topic):6 + len(topic)])
+    c.send(b"\xe0\x00")
+    c.close()
+
+
+def test_credit_follows_the_receive_maximum_MQTT_3_3_4_9(downlink, rabbitmq):
+    """A client with Receive Maximum 2 that does not acknowledge: the edge
+    holds at most 2 of its messages unsettled (the link's credit), the rest
+    wait at the peer; each PUBACK lets one more come."""
+    from bridge.mqtt import Properties
+
+    edge, prefix = downlink()
+    cid = f"{prefix}r"
+    hub = edge.server.downlink
+    topic = f"{prefix}/r"
+    c = raw_subscriber(edge, cid, 5, topic, 1, properties=Properties(receive_maximum=2))
+    link_ready(edge, CLIENT_ADDRESS.format(client_id=cid))
+    send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", *[cmd(topic, b"m%d" % i, 1) for i in range(6)])
+    first = [c.packet(), c.packet()]
+    time.sleep(0.5)
+    assert hub.rx.stats["received"] == 2  # no more credit than the window [MQTT-3.3.4-9]
+    for p in first:
+        c.send(b"\x40\x02" + p[4 + len(topic):6 + len(topic)])
+    got = [c.packet() for _ in range(2)]
+    assert [p[-2:] for p in first + got] == [b"m0", b"m1", b"m2", b"m3"]
+    for p in got:
+        c.send(b"\x40\x02" + p[4 + len(topic):6 + len(topic)])
+    rest = [c.packet() for _ in range(2)]
+    for p in rest:
+        c.send(b"\x40\x02" + p[4 + len(topic):6 + len(topic)])
+    wait_for(lambda: hub.rx.stats["accepted"] == 6, 10, "all six accepted")
+    c.send(b"\xe0\x00")
+    c.close()
