@@ -100,6 +100,7 @@ class DownlinkReceiver(MessagingHandler):
         self.stats = {"received": 0, "accepted": 0, "released": 0, "modified": 0, "rejected": 0,
                       "own": 0, "reconnects": 0}
         self.ready = threading.Event()
+        self._woken = False
 
     # ------------------------------------------------------------ any thread
     def start(self) -> DownlinkReceiver:
@@ -109,7 +110,9 @@ class DownlinkReceiver(MessagingHandler):
 
     def _command(self, *cmd) -> None:
         self.commands.put(cmd)
-        self.injector.trigger(ApplicationEvent("lg_downlink_wake"))
+        if not self._woken:  # one wake-up for a burst of commands (settlements mostly)
+            self._woken = True
+            self.injector.trigger(ApplicationEvent("lg_downlink_wake"))
 
     def attach(self, address: str, credit: int = 20, durable: bool = False) -> None:
         """Receive from ``address`` with ``credit`` unsettled at most.
@@ -227,6 +230,7 @@ class DownlinkReceiver(MessagingHandler):
 
     # ------------------------------------------------------------ commands
     def on_lg_downlink_wake(self, event: Any = None) -> None:
+        self._woken = False  # a command put from now on wakes the thread again
         while True:
             try:
                 cmd = self.commands.get_nowait()

@@ -32,6 +32,8 @@ BENCHES: dict[str, tuple[str, str]] = {
                            "retained messages on SUBSCRIBE, edge (from the lakehouse) vs Mosquitto: time to "
                            "the last retained message for 100, 10,000 and all of 100,000 topics; the edge's "
                            "start-up and RSS with 1,000,000 retained topics"),
+    "downlink": ("bridge.bench.downlink", "AMQP -> MQTT: producer -> edge -> subscriber msg/s and latency "
+                                          "p50/p99 at QoS 1 vs a bare proton receiver, ratio"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }

@@ -56,6 +56,7 @@ captured numbering (:mod:`bridge.edge.delivery`).
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,8 @@ class DownlinkHub:
         self.client_of: dict[str, str] = {}
         #: QoS 2 message-id -> its Pending, awaiting AMQP_PUBREL (seed flow)
         self.awaiting: dict[str, Pending] = {}
+        #: received on the receiver's thread, not yet handled on the loop
+        self._inbox: collections.deque = collections.deque()
         self.stats = {"delivered": 0, "rejected": 0, "released": 0, "own": 0, "expired": 0,
                       "pubrel": 0}
 
@@ -190,13 +193,25 @@ class DownlinkHub:
 
     # ------------------------------------------------------------ messages
     def _from_thread(self, address: str, result: Any, token: Any) -> None:
-        self.loop.call_soon_threadsafe(self._on_message, address, result, token)
+        # one hand-over to the loop per burst, not per message
+        inbox = self._inbox
+        inbox.append((address, result, token))
+        if len(inbox) == 1:
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        inbox = self._inbox
+        touched: dict = {}
+        while inbox:
+            address, result, token = inbox.popleft()
+            self._on_message(address, result, token, touched)
+        self.server._pump_all(touched.values())
 
     def _settle(self, token: Any, outcome: str, condition: str | None = None,
                 description: str | None = None) -> None:
         self.rx.settle(token, outcome, condition, description)
 
-    def _on_message(self, address: str, result: Any, token: Any) -> None:
+    def _on_message(self, address: str, result: Any, token: Any, touched: dict) -> None:
         if result is OWN:
             self.stats["own"] += 1
             self._settle(token, "accepted")  # delivered from the capture log already
@@ -244,7 +259,8 @@ class DownlinkHub:
         self.stats["delivered"] += 1
         if p.copies <= 0:
             self.finish(p)  # QoS 0 copies only: done once routed
-        self.server._pump_all(targets)
+        for t in targets:
+            touched[id(t)] = t
 
     def _to_client(self, cid: str, msg: Message) -> list:
         """Push ``msg`` to client ``cid`` per its matching subscriptions."""
