@@ -307,6 +307,11 @@ class DownlinkHub:
         if p.settled:
             return
         p.settled = True
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("AMQP downlink: delivery %s, topic %s, %d bytes, to %s",
+                      "released" if p.failed else "accepted",
+                      p.msg.topic if p.msg is not None else "-",
+                      p.msg.size if p.msg is not None else 0, ",".join(p.clients) or "-")
         if p.failed:
             self.stats["released"] += 1
             self._settle(p.token, "released")
