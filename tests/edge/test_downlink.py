@@ -247,3 +247,33 @@ def test_credit_follows_the_receive_maximum_MQTT_3_3_4_9(downlink, rabbitmq):
     wait_for(lambda: hub.rx.stats["accepted"] == 6, 10, "all six accepted")
     c.send(b"\xe0\x00")
     c.close()
+
+
+def test_persistent_session_gets_what_arrived_while_away_MQTT_3_1_2_4(downlink, rabbitmq):
+    """A persistent session keeps its address while the client is away: a
+    command sent meanwhile waits (in its queue at the edge within the credit,
+    beyond it at the peer) and reaches the client when it returns; it is
+    accepted only at that PUBACK."""
+    from bridge.mqtt import Properties
+
+    edge, prefix = downlink()
+    cid = f"{prefix}p"
+    hub = edge.server.downlink
+    topic = f"{prefix}/p"
+    props = Properties(session_expiry_interval=300)
+    c = raw_subscriber(edge, cid, 5, topic, 1, clean=False, properties=props)
+    link_ready(edge, CLIENT_ADDRESS.format(client_id=cid))
+    c.send(b"\xe0\x00")
+    c.close()
+    wait_for(lambda: cid not in edge.server.clients, 10, "the client gone")
+    send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"while-away", 1))
+    wait_for(lambda: hub.rx.stats["received"] == 1, 10, "the command at the edge")
+    assert hub.rx.stats["accepted"] == 0
+    c = RawClient(edge.port, timeout=10)
+    assert c.connect(5, client_id=cid, clean_start=False, properties=props)[2] == 1  # session present
+    pub = c.packet()
+    assert pub[0] == 0x32 and pub.endswith(b"while-away")
+    c.send(b"\x40\x02" + pub[4 + len(topic):6 + len(topic)])
+    wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "accepted at the PUBACK")
+    c.send(b"\xe0\x00")
+    c.close()
