@@ -66,6 +66,7 @@ from bridge.config import AmqpConfig
 from bridge.edge.actions import Send
 from bridge.edge.delivery import RECEIVED
 from bridge.edge.message import Message
+from bridge.edge.topics import split_share
 from bridge.mqtt.properties import Properties, Scope, encode_properties
 from bridge.topic_filter import matches
 
@@ -272,10 +273,7 @@ class DownlinkHub:
         rap = False
         ids = []
         for sub in router.tree.subscriptions(cid):
-            f = sub.topic_filter
-            if f.startswith("$share/"):
-                f = f.split("/", 2)[2]
-            if matches(f, msg.topic):
+            if matches(split_share(sub.topic_filter)[1], msg.topic):
                 qos = max(qos, sub.qos)
                 rap = rap or sub.retain_as_published
                 if sub.sub_id is not None:

@@ -21,10 +21,10 @@ import pytest
 from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.packettypes import PacketTypes
 from proton import Message, symbol
-from proton.utils import BlockingConnection
 
 from bridge.mqtt import Subscribe, Subscription
 from tests.amqp.conftest import rabbitmqctl
+from tests.amqp.test_receiver import send
 from tests.edge.conftest import RawClient
 from tests.waiting import wait_for
 
@@ -58,16 +58,6 @@ def downlink(run_edge, rabbitmq):
         for name in out.split():
             if any(p in name for p in made):
                 subprocess.run([ctl, "-q", "delete_queue", name], capture_output=True, timeout=60)
-
-
-def send(url: str, address: str, *messages: Message) -> None:
-    conn = BlockingConnection(url, timeout=15)
-    try:
-        s = conn.create_sender(address)
-        for m in messages:
-            s.send(m)
-    finally:
-        conn.close()
 
 
 def cmd(topic: str, body: bytes, qos: int | None = None, **kw) -> Message:
