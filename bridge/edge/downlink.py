@@ -10,7 +10,11 @@ thread) receives on
   (the seed's ``$mqtt.to.{client_id}``; ``/queue/mqtt.to.{client_id}`` on
   RabbitMQ 3.x), attached when the client connects with credit = its
   in-flight window (MQTT 5 Receive Maximum, else
-  ``edge.max_inflight_messages``), durable for a persistent session. A
+  ``edge.max_inflight_messages``), with a durable terminus for every
+  session (RabbitMQ 3.x declares the queue at the first attach with that
+  durability and then refuses an attach that differs, so a client seen
+  first with a clean session could never have its persistent one's link;
+  and a durable queue keeps a command across a restart of the peer). A
   persistent session keeps its link while the client is away (what arrives
   on the remaining credit waits in its queue, QoS 1/2 only, and what is
   beyond the credit waits at the peer); a clean session's link is detached
@@ -181,7 +185,8 @@ class DownlinkHub:
             return  # a persistent session's link, kept while it was away
         self.client_of[address] = cid
         window = conn.session.receiver().receive_maximum
-        self.rx.attach(address, credit=window, durable=bool(conn.client and conn.client.persistent))
+        # durable for clean sessions too: see the module docstring
+        self.rx.attach(address, credit=window, durable=True)
 
     def session_ended(self, client_id: str) -> None:
         """The session ended (its outbox was cleared: what was unsettled is

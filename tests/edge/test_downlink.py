@@ -240,7 +240,8 @@ def test_credit_follows_the_receive_maximum_MQTT_3_3_4_9(downlink, rabbitmq):
 
 
 def test_persistent_session_gets_what_arrived_while_away_MQTT_3_1_2_4(downlink, rabbitmq):
-    """A persistent session keeps its address while the client is away: a
+    """A persistent session keeps its address while the client is away (also
+    when the same client had a clean session on it before): a
     command sent meanwhile waits (in its queue at the edge within the credit,
     beyond it at the peer) and reaches the client when it returns; it is
     accepted only at that PUBACK."""
@@ -251,8 +252,14 @@ def test_persistent_session_gets_what_arrived_while_away_MQTT_3_1_2_4(downlink, 
     hub = edge.server.downlink
     topic = f"{prefix}/p"
     props = Properties(session_expiry_interval=300)
+    address = CLIENT_ADDRESS.format(client_id=cid)
+    c = raw_subscriber(edge, cid, 5, topic, 1)  # first a clean session: the queue is declared then
+    link_ready(edge, address)
+    c.send(b"\xe0\x00")
+    c.close()
+    wait_for(lambda: address not in hub.rx.links, 10, "the clean session's link gone")
     c = raw_subscriber(edge, cid, 5, topic, 1, clean=False, properties=props)
-    link_ready(edge, CLIENT_ADDRESS.format(client_id=cid))
+    link_ready(edge, address)  # RabbitMQ refuses an attach whose durability differs from the first
     c.send(b"\xe0\x00")
     c.close()
     wait_for(lambda: cid not in edge.server.clients, 10, "the client gone")
@@ -267,3 +274,67 @@ def test_persistent_session_gets_what_arrived_while_away_MQTT_3_1_2_4(downlink, 
     wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "accepted at the PUBACK")
     c.send(b"\xe0\x00")
     c.close()
+
+
+@pytest.mark.slow
+def test_the_peer_restarted_mid_flow_links_attach_again_nothing_accepted_undelivered(run_edge,
+                                                                                    tmp_path_factory):
+    """The tests' private RabbitMQ node stops and starts while the edge holds
+    a QoS 1 command its client has not acknowledged. Afterwards the client's
+    address and the topic link are attached again, the held command comes
+    again (it was never accepted: the PUBACK of the copy sent before the
+    restart settles nothing), the one acknowledged before the restart does
+    not, and the peer's queue is empty only once the new copy is PUBACKed."""
+    from tests.amqp.rabbitnode import RabbitNode, find_rabbitmq
+
+    if find_rabbitmq() is None:
+        pytest.skip("no RabbitMQ installation to start a private node from (scripts/services up)")
+    node = RabbitNode(tmp_path_factory.mktemp("rabbit-edge-dl"))
+    node.start()
+    try:
+        edge = run_edge(f"amqp.url={node.url}", "amqp.downlink=true",
+                        f"amqp.client_address_template={CLIENT_ADDRESS}",
+                        "amqp.downlink_topic_address=/topic/#", "amqp.retry_backoff_s=0.2")
+        hub = edge.server.downlink
+        cid = "restarted"
+        address = CLIENT_ADDRESS.format(client_id=cid)
+        topic = "devices/9/cmd"
+        c = raw_subscriber(edge, cid, 5, topic, 1)
+        link_ready(edge, address)
+        link_ready(edge, "/topic/#")
+
+        def pid_of(p: bytes) -> bytes:
+            return p[4 + len(topic):6 + len(topic)]
+
+        send(node.url, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"done", 1, durable=True))
+        done = c.packet()
+        assert done.endswith(b"done")
+        c.send(b"\x40\x02" + pid_of(done))
+        wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "the first command accepted")
+        send(node.url, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"held", 1, durable=True))
+        held = c.packet()
+        assert held.endswith(b"held")  # no PUBACK yet
+
+        node.stop()
+        node.start()
+        wait_for(lambda: hub.rx.stats["reconnects"] >= 1 and address in hub.rx.links
+                 and "/topic/#" in hub.rx.links, 60, "both links attached again")
+        again = c.packet()
+        assert again[:1] == b"\x32" and again.endswith(b"held"), (again, hub.stats, hub.rx.stats,
+                                                                   node._ctl("list_queues", "-q", "name", "messages").stdout)
+        c.send(b"\x40\x02" + pid_of(held))  # the copy from before: its delivery is gone
+        time.sleep(0.3)  # time enough for a wrong settlement to be counted
+        assert hub.rx.stats["accepted"] == 1
+        queued = node._ctl("list_queues", "-q", "name", "messages").stdout
+        assert f"mqtt.to.{cid}\t1" in queued, queued  # still the peer's, unacknowledged
+        c.send(b"\x40\x02" + pid_of(again))
+        wait_for(lambda: hub.rx.stats["accepted"] == 2, 10, "the new copy accepted at its PUBACK")
+        wait_for(lambda: f"mqtt.to.{cid}\t0" in node._ctl("list_queues", "-q", "name",
+                                                           "messages").stdout, 10, "the queue empty")
+
+        send(node.url, f"/topic/devices.9.cmd", cmd(topic, b"via-topic", 0))
+        assert c.packet().endswith(b"via-topic")  # the topic link works again
+        c.send(b"\xe0\x00")
+        c.close()
+    finally:
+        node.close()
