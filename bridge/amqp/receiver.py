@@ -98,7 +98,7 @@ class DownlinkReceiver(MessagingHandler):
         self.stopping = False
         self.names = itertools.count(1)
         self.stats = {"received": 0, "accepted": 0, "released": 0, "modified": 0, "rejected": 0,
-                      "own": 0, "reconnects": 0}
+                      "own": 0, "reconnects": 0, "leftover_queues": 0}
         self.ready = threading.Event()
         self._woken = False
 
@@ -175,6 +175,28 @@ class DownlinkReceiver(MessagingHandler):
             self._open_link(address, credit, durable)
         self.ready.set()
 
+    def _warn_leftover_queue(self, link: Any) -> None:
+        """RabbitMQ 3.x gives each receiver on ``/topic/...`` or
+        ``/exchange/...`` a server-named queue and leaves it behind when the
+        link ends, still bound and filling (rabbitmq-server#2588): one more
+        for every connection of this receiver. Said at each such link, with
+        the remedy."""
+        address = link.source.address or ""
+        if not address.startswith(("/topic/", "/exchange/")):
+            return
+        props = link.connection.remote_properties or {}
+        product = str(props.get(symbol("product"), ""))
+        version = str(props.get(symbol("version"), ""))
+        if product != "RabbitMQ" or not version[:1].isdigit() or int(version.split(".")[0]) >= 4:
+            return
+        self.stats["leftover_queues"] += 1
+        log.warning("AMQP downlink: RabbitMQ %s leaves the queue of the receiver on %s behind when "
+                    "the link ends, still bound (rabbitmq-server#2588): %d made by this receiver "
+                    "since it started. Expire them with a policy (rabbitmqctl set_policy --apply-to queues "
+                    "lakegate-amqp1-leftovers '^amq\\.gen-' '{\"expires\":60000}') or receive from a "
+                    "queue of your own (README, AMQP -> MQTT)", version, address,
+                    self.stats["leftover_queues"])
+
     def _open_link(self, address: str, credit: int, durable: bool) -> None:
         from proton.reactor import DurableSubscription
 
@@ -193,6 +215,7 @@ class DownlinkReceiver(MessagingHandler):
 
     def on_link_opened(self, event: Any) -> None:
         log.info("AMQP downlink: receiving from %s", event.link.source.address)
+        self._warn_leftover_queue(event.link)
 
     def on_link_error(self, event: Any) -> None:  # (MessagingHandler's name for a refused link)
         link = event.link

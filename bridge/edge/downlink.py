@@ -151,8 +151,13 @@ class DownlinkHub:
     # ------------------------------------------------------------ life
     def start(self) -> None:
         self.rx.start()
-        if self.cfg.downlink_topic_address:
-            self.rx.attach(self.cfg.downlink_topic_address, credit=self.cfg.downlink_credit)
+        address = self.cfg.downlink_topic_address
+        if address:
+            # a queue of the operator's own is durable; RabbitMQ's /topic/ and
+            # /exchange/ queues are server-named and never re-attached: a
+            # durable one would only outlive a RabbitMQ restart as litter
+            self.rx.attach(address, credit=self.cfg.downlink_credit,
+                           durable=not address.startswith(("/topic/", "/exchange/")))
         log.info("AMQP downlink: receiving from %s (topic link %s, client addresses %s)",
                  self.rx.url, self.cfg.downlink_topic_address or "none",
                  self.cfg.client_address_template or "none")

@@ -11,6 +11,7 @@ again."""
 from __future__ import annotations
 
 import queue
+import subprocess
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ from proton.utils import BlockingConnection
 
 from bridge.amqp.receiver import DownlinkReceiver
 from bridge.amqp.reverse import OWN, ReverseMappingError
+from tests.amqp.conftest import rabbitmqctl
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
@@ -152,6 +154,37 @@ def test_lakegate_own_messages_and_unusable_ones_are_told_apart(got, rabbitmq, q
     results = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(got.results()), 15, "both")
     assert results[0] is OWN
     assert isinstance(results[1], ReverseMappingError) and results[1].rule == "LG-amqp-no-topic"
+
+
+def test_rabbitmq_3_leaves_a_topic_receivers_queue_behind_and_the_receiver_says_so(got, rabbitmq,
+                                                                                  caplog):
+    """The premise of the receiver's warning, checked on the real RabbitMQ
+    3.x (rabbitmq-server#2588): the queue of a ``/topic/...`` receiver stays,
+    still bound, after the link ends; the receiver warns with the remedy
+    when such a link opens."""
+    ctl = rabbitmqctl()
+    if ctl is None:
+        pytest.skip("rabbitmqctl not found: cannot look at RabbitMQ's queues")
+    key = f"lgleft{uuid.uuid4().hex[:8]}.#"
+
+    def bound() -> list[str]:
+        out = subprocess.run([ctl, "-q", "list_bindings", "destination_name", "routing_key"],
+                             capture_output=True, text=True, timeout=60).stdout
+        return [ln.split("\t")[0] for ln in out.splitlines() if ln.split("\t")[-1] == key]
+
+    r = got.receiver
+    try:
+        with caplog.at_level("WARNING", logger="bridge.amqp"):
+            r.attach(f"/topic/{key}")
+            wait_for(lambda: r.stats["leftover_queues"] == 1, 15, "the warning for the topic link")
+        assert "rabbitmq-server#2588" in caplog.text and "set_policy" in caplog.text
+        r.detach(f"/topic/{key}")
+        wait_for(lambda: f"/topic/{key}" not in r.links, 10, "the link gone")
+        time.sleep(0.5)
+        assert len(bound()) == 1  # still there, still bound: what the warning says
+    finally:
+        for name in bound():
+            subprocess.run([ctl, "-q", "delete_queue", name], capture_output=True, timeout=60)
 
 
 @pytest.mark.slow

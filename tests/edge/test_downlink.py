@@ -276,6 +276,34 @@ def test_persistent_session_gets_what_arrived_while_away_MQTT_3_1_2_4(downlink, 
     c.close()
 
 
+def test_a_queue_of_the_operators_own_as_the_topic_link(run_edge, rabbitmq):
+    """``amqp.downlink_topic_address`` = a named queue (RabbitMQ: bound to
+    ``amq.topic`` by the operator, which leaves no server-named queue behind
+    at each reconnection): messages on it reach subscribers by their ``to``;
+    no leftover-queue warning for it."""
+    prefix = f"dl{uuid.uuid4().hex[:8]}"
+    queue = f"{prefix}.downlink"
+    try:
+        edge = run_edge(f"amqp.url={rabbitmq}", "amqp.downlink=true", "amqp.client_address_template=",
+                        f"amqp.downlink_topic_address=/queue/{queue}", "amqp.retry_backoff_s=0.1")
+        hub = edge.server.downlink
+        link_ready(edge, f"/queue/{queue}")
+        topic = f"{prefix}/devices/1/cmd"
+        c = raw_subscriber(edge, f"{prefix}s", 5, f"{prefix}/devices/+/cmd", 1)
+        send(rabbitmq, f"/amq/queue/{queue}", cmd(topic, b"named", 1))
+        pub = c.packet()
+        assert pub[:1] == b"\x32" and pub.endswith(b"named")
+        c.send(b"\x40\x02" + pub[4 + len(topic):6 + len(topic)])
+        wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "accepted at the PUBACK")
+        assert hub.rx.stats["leftover_queues"] == 0
+        c.send(b"\xe0\x00")
+        c.close()
+    finally:
+        ctl = rabbitmqctl()
+        if ctl is not None:
+            subprocess.run([ctl, "-q", "delete_queue", queue], capture_output=True, timeout=60)
+
+
 @pytest.mark.slow
 def test_the_peer_restarted_mid_flow_links_attach_again_nothing_accepted_undelivered(run_edge,
                                                                                     tmp_path_factory):
