@@ -27,7 +27,8 @@ per delivery settled, so at most ``credit`` unsettled messages per link are
 ever held (no unbounded buffering behind a slow MQTT client).
 
 Faults: a lost connection is reconnected with backoff and every link
-attached again; what was unsettled on the lost connection is the peer's to
+attached again; a link the peer refuses (or whose session it ends) is
+attached again after a backoff of its own, logged each time; what was unsettled on the lost connection is the peer's to
 redeliver (nothing was accepted that was not delivered). Tokens of a lost
 connection are stale: settling one does nothing.
 """
@@ -98,7 +99,9 @@ class DownlinkReceiver(MessagingHandler):
         self.stopping = False
         self.names = itertools.count(1)
         self.stats = {"received": 0, "accepted": 0, "released": 0, "modified": 0, "rejected": 0,
-                      "own": 0, "reconnects": 0, "leftover_queues": 0}
+                      "own": 0, "reconnects": 0, "leftover_queues": 0, "refused": 0}
+        #: address -> (refusals in a row, when to attach again)
+        self.refused: dict[str, tuple[int, float]] = {}
         self.ready = threading.Event()
         self._woken = False
 
@@ -215,13 +218,41 @@ class DownlinkReceiver(MessagingHandler):
 
     def on_link_opened(self, event: Any) -> None:
         log.info("AMQP downlink: receiving from %s", event.link.source.address)
+        self.refused.pop(event.link.source.address, None)
         self._warn_leftover_queue(event.link)
 
     def on_link_error(self, event: Any) -> None:  # (MessagingHandler's name for a refused link)
         link = event.link
         cond = link.remote_condition
-        log.error("AMQP downlink: link on %s refused: %s", link.source.address,
-                  cond.description if cond is not None else "no reason given")
+        self._refused(link, cond.description if cond is not None else "no reason given")
+
+    def on_session_error(self, event: Any) -> None:
+        # RabbitMQ 3.x ends the whole session over a link it refuses (e.g.
+        # PRECONDITION_FAILED, a queue of other durability); each link has a
+        # session of its own, so this is that link
+        cond = event.session.remote_condition
+        why = cond.description if cond is not None else "no reason given"
+        for link in [ln for ln in self.links.values() if ln.session == event.session]:
+            self._refused(link, why)
+
+    def _refused(self, link: Any, why: str) -> None:
+        """The peer refused or ended a link: forget it (its address stays
+        wanted) and attach it again after a backoff that grows per address."""
+        address = link.source.address
+        if self.links.get(address) is not link:
+            return
+        del self.links[address]
+        n = self.refused.get(address, (0, 0.0))[0] + 1
+        wait = backoff(self.cfg, n)
+        self.refused[address] = (n, time.monotonic() + wait)
+        self.stats["refused"] += 1
+        log.error("AMQP downlink: link on %s refused: %s; attaching it again in %.1f s", address, why,
+                  wait)
+        try:
+            link.close()
+            link.session.close()
+        except Exception:  # already closed by the peer
+            pass
 
     def on_transport_error(self, event: Any) -> None:
         cond = event.transport.condition
@@ -268,6 +299,7 @@ class DownlinkReceiver(MessagingHandler):
 
     def _do_detach(self, address: str) -> None:
         self.wanted.pop(address, None)
+        self.refused.pop(address, None)
         link = self.links.pop(address, None)
         if link is not None:
             link.close()
@@ -305,8 +337,13 @@ class DownlinkReceiver(MessagingHandler):
     def tick(self) -> None:
         if self.stopping:
             return
-        if self.conn is None and time.monotonic() >= self.reconnect_at:
+        now = time.monotonic()
+        if self.conn is None and now >= self.reconnect_at:
             self._connect()
+        elif self.conn_up and self.refused:
+            for address, (_, at) in list(self.refused.items()):
+                if now >= at and address in self.wanted and address not in self.links:
+                    self._open_link(address, *self.wanted[address])
         self.container.schedule(_TICK_S, _Tick(self))
 
 

@@ -276,6 +276,38 @@ def test_persistent_session_gets_what_arrived_while_away_MQTT_3_1_2_4(downlink, 
     c.close()
 
 
+def test_a_refused_client_address_is_attached_again_after_a_backoff(downlink, rabbitmq, caplog):
+    """RabbitMQ refuses the client's address while a queue of that name
+    exists with other durability (PRECONDITION_FAILED, it ends the session):
+    the edge logs it and attaches again with backoff, so once the operator
+    deleted that queue the client receives its commands."""
+    from proton.utils import BlockingConnection
+
+    edge, prefix = downlink()
+    cid = f"{prefix}x"
+    hub = edge.server.downlink
+    address = CLIENT_ADDRESS.format(client_id=cid)
+    conn = BlockingConnection(rabbitmq)  # something else declared it non-durable
+    conn.create_receiver(address)
+    conn.close()
+    topic = f"{prefix}/x"
+    with caplog.at_level("ERROR", logger="bridge.amqp"):
+        c = raw_subscriber(edge, cid, 5, topic, 1)
+        wait_for(lambda: hub.rx.stats["refused"] >= 1, 15, "the link refused")
+    assert "PRECONDITION_FAILED" in caplog.text and "attaching it again" in caplog.text
+    subprocess.run([rabbitmqctl(), "-q", "delete_queue", f"mqtt.to.{cid}"], capture_output=True,
+                   timeout=60)
+    wait_for(lambda: address in hub.rx.links and address not in hub.rx.refused, 30,
+             "the link attached again")
+    send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"after", 1))
+    pub = c.packet()
+    assert pub[:1] == b"\x32" and pub.endswith(b"after")
+    c.send(b"\x40\x02" + pub[4 + len(topic):6 + len(topic)])
+    wait_for(lambda: hub.rx.stats["accepted"] == 1, 10, "accepted at the PUBACK")
+    c.send(b"\xe0\x00")
+    c.close()
+
+
 def test_a_queue_of_the_operators_own_as_the_topic_link(run_edge, rabbitmq):
     """``amqp.downlink_topic_address`` = a named queue (RabbitMQ: bound to
     ``amq.topic`` by the operator, which leaves no server-named queue behind
