@@ -1,0 +1,119 @@
+"""The seed's AMQP -> MQTT dispositions as the *producer* sees them: a
+back end that speaks AMQP 1.0 itself (``tests/amqp/direct_peer.py``, no
+broker in between) sends on the edge's receiver link for the seed's own
+client address ``$mqtt.to.{client_id}`` and gets the edge's dispositions:
+QoS 1 accepted only at PUBACK, QoS 2 accepted at PUBREC and its AMQP_PUBREL
+at PUBCOMP, released when the client drops without acknowledging
+(``../shared/seeds/001_4f7e894452682fb7.txt``, "From AMQP network to MQTT
+client"). With RabbitMQ in between (tests/edge/test_downlink.py) the
+producer's disposition is RabbitMQ's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from proton import Message, symbol
+
+from bridge.mqtt import Subscribe, Subscription
+from tests.amqp.direct_peer import DirectPeer
+from tests.edge.conftest import RawClient
+from tests.waiting import wait_for
+
+
+@pytest.fixture
+def peer():
+    p = DirectPeer().start()
+    yield p
+    p.stop()
+
+
+def subscriber(edge, cid: str, level: int, topic: str, qos: int) -> RawClient:
+    c = RawClient(edge.port, timeout=10)
+    assert c.connect(level, client_id=cid)[0] == 0x20
+    c.send_packet(Subscribe(1, [Subscription(topic, qos)]), level)
+    assert c.packet()[0] == 0x90
+    return c
+
+
+def pid_of(frame: bytes, topic: str) -> bytes:
+    return frame[4 + len(topic):6 + len(topic)]
+
+
+@pytest.fixture
+def direct(run_edge, peer):
+    """An edge receiving from the peer on the seed's ``$mqtt.to.{client_id}``."""
+    return run_edge(f"amqp.url={peer.url}", "amqp.downlink=true", "amqp.downlink_topic_address=",
+                    "amqp.retry_backoff_s=0.1")
+
+
+def test_qos1_the_producer_sees_accepted_only_after_the_puback(direct, peer):
+    topic = "devices/7/cmd"
+    c = subscriber(direct, "dev7", 4, topic, 1)
+    address = "$mqtt.to.dev7"  # the seed's address, the default template
+    wait_for(lambda: address in peer.links, 15, "the edge's link on $mqtt.to.dev7")
+    peer.send(address, Message(address=topic, body=b"reboot", durable=True,
+                               annotations={symbol("x-qos"): 1}), "reboot")
+    pub = c.packet()
+    assert pub[0] == 0x32 and pub.endswith(b"reboot")
+    time.sleep(0.5)  # time enough for a wrong early disposition to reach the producer
+    assert "reboot" not in peer.outcomes
+    acked = time.monotonic()
+    c.send(b"\x40\x02" + pid_of(pub, topic))
+    wait_for(lambda: "reboot" in peer.outcomes, 10, "the producer's disposition")
+    outcome, at = peer.outcomes["reboot"]
+    assert outcome == "accepted" and at >= acked
+    c.send(b"\xe0\x00")
+    c.close()
+
+
+def test_qos2_accepted_at_pubrec_then_amqp_pubrel_accepted_at_pubcomp(direct, peer):
+    topic = "devices/7/cmd"
+    c = subscriber(direct, "dev7q", 5, topic, 2)
+    address = "$mqtt.to.dev7q"
+    wait_for(lambda: address in peer.links, 15, "the edge's link")
+    peer.send(address, Message(address=topic, body=b"two", id="c-2",
+                               annotations={symbol("x-qos"): 2}), "publish")
+    pub = c.packet()
+    assert pub[0] == 0x34 and pub.endswith(b"two")
+    pid = pid_of(pub, topic)
+    time.sleep(0.3)
+    assert "publish" not in peer.outcomes
+    c.send(b"\x50\x02" + pid)  # PUBREC
+    wait_for(lambda: "publish" in peer.outcomes, 10, "AMQP_PUBLISH's disposition")
+    assert peer.outcomes["publish"][0] == "accepted"
+    peer.send(address, Message(address=topic, subject="pubrel", id="c-2"), "pubrel")
+    assert c.packet() == b"\x62\x02" + pid  # PUBREL, once AMQP_PUBREL came
+    time.sleep(0.3)
+    assert "pubrel" not in peer.outcomes  # waits for PUBCOMP
+    c.send(b"\x70\x02" + pid)
+    wait_for(lambda: "pubrel" in peer.outcomes, 10, "AMQP_PUBREL's disposition")
+    assert peer.outcomes["pubrel"][0] == "accepted"
+    c.send(b"\xe0\x00")
+    c.close()
+
+
+def test_a_client_that_drops_unacknowledged_gets_its_delivery_released(direct, peer):
+    topic = "devices/8/cmd"
+    c = subscriber(direct, "dev8", 5, topic, 1)
+    address = "$mqtt.to.dev8"
+    wait_for(lambda: address in peer.links, 15, "the edge's link")
+    peer.send(address, Message(address=topic, body=b"x", annotations={symbol("x-qos"): 1}), "x")
+    assert c.packet().endswith(b"x")
+    c.close()  # no PUBACK, no DISCONNECT: a clean session ends
+    wait_for(lambda: "x" in peer.outcomes, 10, "the disposition")
+    assert peer.outcomes["x"][0] == "released"  # the peer may deliver it again, never accepted
+
+
+def test_no_subscription_matches_rejected_LG_amqp_no_subscription(direct, peer):
+    c = subscriber(direct, "dev9", 5, "devices/9/cmd", 1)
+    address = "$mqtt.to.dev9"
+    wait_for(lambda: address in peer.links, 15, "the edge's link")
+    peer.send(address, Message(address="devices/9/other", body=b"x",
+                               annotations={symbol("x-qos"): 1}), "other")
+    wait_for(lambda: "other" in peer.outcomes, 10, "the disposition")
+    assert peer.outcomes["other"][0] == "rejected"
+    cond, why = peer.conditions["other"]
+    assert cond == "amqp:not-found" and "[LG-amqp-no-subscription]" in why
+    c.send(b"\xe0\x00")
+    c.close()
