@@ -1,6 +1,7 @@
 """The real services the suite depends on: RabbitMQ (AMQP 1.0) and Mosquitto."""
 
 import os
+import shutil
 import subprocess
 import threading
 import uuid
@@ -82,6 +83,21 @@ def test_services_status_reports_both(rabbitmq, mosquitto):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rabbitmq: up on 127.0.0.1:5672" in out.stdout and "amqp1_0 plugin on" in out.stdout
     assert "mosquitto: up on 127.0.0.1:18830" in out.stdout
+
+
+def test_services_rabbitmq_mqtt_plugin_on_loopback_and_the_leftover_policy(rabbitmq):
+    """What `scripts/services up` sets on RabbitMQ beyond AMQP 1.0: its MQTT
+    plugin on 127.0.0.1:18831 only (lakegate bench downlink compares with
+    it; never 1883, the edge's port), and the policy that expires the queues
+    RabbitMQ 3.x leaves behind /topic/ receivers (rabbitmq-server#2588)."""
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    listeners = subprocess.run([ctl, "-q", "eval", "rabbit_networking:active_listeners()."],
+                               capture_output=True, text=True, timeout=60).stdout
+    mqtt = [ln for ln in listeners.replace("\n", " ").split("{listener,") if "mqtt" in ln]
+    assert mqtt and all("{127,0,0,1}" in ln and "18831" in ln for ln in mqtt), listeners
+    policies = subprocess.run([ctl, "-q", "list_policies"], capture_output=True, text=True,
+                              timeout=60).stdout
+    assert "lakegate-amqp1-leftovers" in policies and '"expires":60000' in policies, policies
 
 
 def _fake_apt(tmp_path: Path, policy: Path, fail: bool) -> Path:
