@@ -34,6 +34,9 @@ BENCHES: dict[str, tuple[str, str]] = {
                            "start-up and RSS with 1,000,000 retained topics"),
     "downlink": ("bridge.bench.downlink", "AMQP -> MQTT: producer -> edge -> subscriber msg/s and latency "
                                           "p50/p99 at QoS 1 vs a bare proton receiver, ratio"),
+    "job": ("bridge.bench.job", "the streaming job per micro-batch vs Spark's floor (the same source into a "
+                                "foreachBatch doing toArrow only): wall and CPU p50/p99, where the time goes, "
+                                "the first batch after an idle period"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }
