@@ -268,6 +268,10 @@ class JobConfig:
     trigger_interval_s: float = 1.0
     max_records_per_trigger: int = 100000
     query_name: str = "lakegate"
+    #: a batch with at most this many rows to forward is forwarded from the
+    #: driver (the batch is there already: no Spark job, no Python worker);
+    #: larger ones from the executors, in parallel. 0: always the executors.
+    forward_on_driver_max_rows: int = 2000
 
 
 @dataclass
@@ -453,7 +457,8 @@ def _validate(key: str, value: Any, source: str) -> None:
         raise ConfigError(key, source, f"must be at most 65535, got {value!r}")
     if key == "edge.topic_alias_maximum" and not (0 <= value <= 65535):
         raise ConfigError(key, source, f"must be 0-65535, got {value!r}")
-    if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s") and value < 0:
+    if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s",
+               "job.forward_on_driver_max_rows") and value < 0:
         raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")

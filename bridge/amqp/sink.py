@@ -1,4 +1,5 @@
-"""The AMQP forwarding sink for ``foreachBatch``: forwards from the executors.
+"""The AMQP forwarding sink for ``foreachBatch``: forwards from the executors
+(a small batch from the driver: :func:`forward_on_driver`).
 
 :func:`forward_batch` (called once per micro-batch, on the driver) groups
 the batch's FORWARD_DDL rows by capture partition, orders them by
@@ -37,7 +38,8 @@ from bridge.config import AmqpConfig, Config
 if TYPE_CHECKING:  # pragma: no cover
     from bridge.amqp.sender import ForwardResult, Forwarder
 
-__all__ = ["COUNTS_DDL", "close_forwarders", "forward_batch", "forward_rows", "forwarder_for"]
+__all__ = ["COUNTS_DDL", "close_forwarders", "forward_batch", "forward_on_driver", "forward_rows",
+           "forwarder_for"]
 
 log = logging.getLogger("bridge.amqp")
 
@@ -148,7 +150,32 @@ def _forward_arrow(batches: Iterator[Any], amqp: AmqpConfig, data_dir: str | Non
     yield pa.RecordBatch.from_pylist([out], schema=to_arrow(COUNTS_DDL))
 
 
-def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = False) -> "ForwardResult":
+def forward_on_driver(rows: list[dict[str, Any]], batch_id: int, config: Config) -> "ForwardResult":
+    """Forward a small micro-batch from the driver: ``rows`` are its
+    FORWARD_DDL rows in capture order ((partition, offset)), made from the
+    batch the step has on the driver already
+    (:func:`bridge.job.forward_rows.forward_rows_of`), and the driver
+    process's own :class:`~bridge.amqp.sender.Forwarder` sends them
+    (:func:`forward_rows`: the same retries, failures and forwarded marks as
+    a task). No Spark job or Python worker runs for it: for a batch of a few
+    hundred rows that job was most of the forwarding time (``lakegate bench
+    job``)."""
+    from bridge.amqp.sender import ForwardResult
+
+    if not config.amqp.url:
+        return ForwardResult()
+    total = forward_rows(iter(rows), config.amqp, str(config.data_path))
+    log.info(
+        "AMQP batch %s: %d rows from the driver: %d accepted, %d QoS 0 sent, %d expired, %d unroutable, "
+        "%d unforwardable, %d retried, %d reconnects (%.2fs)",
+        batch_id, total.rows, total.accepted, total.qos0, total.expired, total.unroutable,
+        total.unforwardable, total.retried, total.reconnects, total.seconds,
+    )
+    return total
+
+
+def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = False,
+                  rows: int | None = None, table: Any = None) -> "ForwardResult":
     """Forward one micro-batch of FORWARD_DDL rows; for ``foreachBatch``.
 
     Called once per micro-batch, on the driver. ``amqp.url`` empty: does
@@ -162,6 +189,11 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
     forwarded where they are, with no shuffle: one Spark stage instead of
     two, which is most of a small batch's forwarding time. Otherwise they
     are repartitioned by capture partition and sorted by offset first.
+
+    ``rows``, ``table``: how many rows ``df`` holds and the batch's frame
+    rows as Arrow, when the caller has them on the driver; ``rows`` at most
+    ``job.forward_on_driver_max_rows`` (and that not 0): forwarded from the
+    driver instead (:func:`forward_on_driver`), its rows made from ``table``.
     """
     from bridge.amqp.sender import ForwardResult
     from bridge.amqp.unforwardable import Unforwardable
@@ -170,6 +202,11 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
     if not config.amqp.url:
         log.debug("AMQP forwarding off (amqp.url is empty); batch %s not forwarded", batch_id)
         return total
+    limit = config.job.forward_on_driver_max_rows
+    if table is not None and rows is not None and 0 < limit and rows <= limit:
+        from bridge.job.forward_rows import forward_rows_of
+
+        return forward_on_driver(forward_rows_of(table), batch_id, config)
     if aligned:
         ordered = df
     else:

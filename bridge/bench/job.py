@@ -187,6 +187,7 @@ def _side_config(base: Path, run_dir: Path, config: Config, batch: int) -> Confi
     shutil.copytree(base / "capture", run_dir / "capture")  # every run reads the same records
     sets = [f"data_dir={run_dir}", f"job.max_records_per_trigger={batch}",
             f"job.trigger_interval_s={config.job.trigger_interval_s}", f"job.query_name=bench{run_dir.name}",
+            f"job.forward_on_driver_max_rows={config.job.forward_on_driver_max_rows}",
             f"amqp.url={config.amqp.url}", "log_level=WARNING"]
     return load_config(None, sets, env={})
 
@@ -312,6 +313,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return round(a / b, 2) if a is not None and b else None
 
     result = {"records": args.records, "batch": args.batch, "trigger_s": config.job.trigger_interval_s,
+              "forward_on_driver_max_rows": config.job.forward_on_driver_max_rows,
               "repeat": args.repeat, "forwarding": bool(config.amqp.url), "fill_s": round(fill_s, 1),
               **med, "ratio_wall_p50": ratio("wall_p50_s"), "ratio_cpu_p50": ratio("cpu_p50_s"),
               "ratio_wall_p99": ratio("wall_p99_s")}
@@ -322,7 +324,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(result))
         return 0
     print(f"bench job: {args.records} records, {args.batch} per batch, trigger "
-          f"{config.job.trigger_interval_s:g} s, forwarding {'on' if config.amqp.url else 'off'}, "
+          f"{config.job.trigger_interval_s:g} s, forwarding {'on' if config.amqp.url else 'off'} "
+          f"(from the driver up to {config.job.forward_on_driver_max_rows} rows), "
           f"{args.repeat} runs per side (medians)")
     for side in ("floor", "job"):
         s = med[side]

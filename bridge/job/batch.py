@@ -131,13 +131,11 @@ def _forwardable(table) -> int:
     """How many rows of an Arrow frame-row table ``select_forward`` would keep."""
     import pyarrow.compute as pc
 
+    from bridge.job.forward_rows import forward_mask
+
     if table.num_rows == 0:
         return 0
-    ok = pc.and_(pc.fill_null(table["valid"], False), pc.is_null(table["edge_rule"]))
-    ptype = pc.fill_null(table["packet_type"], 0)
-    pub = pc.and_(pc.equal(ptype, PUBLISH), pc.invert(pc.fill_null(table["duplicate"], False)))
-    rel = pc.and_(pc.equal(ptype, PUBREL), pc.is_valid(table["rel_topic"]))
-    return int(pc.sum(pc.and_(ok, pc.or_(pub, rel))).as_py() or 0)
+    return int(pc.sum(forward_mask(table)).as_py() or 0)
 
 
 def partitions_aligned(frames: "DataFrame", table) -> bool:
@@ -201,9 +199,11 @@ class BatchStep:
                 if self.forward is not None:
                     # bridge.amqp.sink.forward_batch -> ForwardResult; a batch with
                     # nothing to forward starts no Spark job for it.
-                    if _forwardable(table):
+                    n_forward = _forwardable(table)
+                    if n_forward:
                         aligned = partitions_aligned(frames, table)
-                        fwd = self.forward(select_forward(frames), batch_id, aligned=aligned)
+                        fwd = self.forward(select_forward(frames), batch_id, aligned=aligned, rows=n_forward,
+                                           table=table)
                         counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
                     else:
                         fwd, counts = None, {}

@@ -107,6 +107,59 @@ def test_aligned_batch_from_the_source_is_forwarded_without_a_shuffle_in_capture
         assert offsets == sorted(offsets) and offsets  # capture order per partition
 
 
+def test_small_batch_forwarded_from_the_driver_no_spark_job_capture_order_marks(
+        spark, consumer, rabbitmq, tmp_path):
+    """A batch with at most job.forward_on_driver_max_rows rows to forward:
+    its rows are made from the frame rows already on the driver and sent
+    from there, in capture order per partition, with the forwarded marks;
+    no Spark job runs for it. Above the limit (and with the limit 0) the
+    executors forward."""
+    from bridge.job.batch import _forwardable, select_forward
+    from bridge.job.pipeline import frame_rows
+    from bridge.spark.source import register
+    from tests.capture.util import open_log
+    from tests.job.frames import append_publish
+
+    topic = consumer.topic("driver")
+    with open_log(tmp_path / "capture", partitions=2) as log:
+        for i in range(120):
+            append_publish(log, f"edge:{i % 6}", topic, b"%d" % i, qos=1, packet_id=1 + i)
+    register(spark)
+    rows = frame_rows(spark.read.format("lakegate").load(str(tmp_path / "capture"))).persist()
+    try:
+        table = rows.toArrow()
+        n = _forwardable(table)
+        sc = spark.sparkContext
+        sc.setJobGroup("lg-driver", "driver forwarding")
+        try:
+            total = forward_batch(select_forward(rows), 5, config(rabbitmq, tmp_path), rows=n, table=table)
+        finally:
+            sc.setJobGroup("", "")
+        assert sc.statusTracker().getJobIdsForGroup("lg-driver") == []  # no Spark job
+        assert (total.rows, total.accepted) == (120, 120)
+        msgs = consumer.wait(topic, 120)
+        for p in (0, 1):
+            offsets = [int(m.properties[ID_PROPERTY].rsplit("/", 1)[1]) for m in msgs
+                       if m.properties[ID_PROPERTY].startswith(f"mqtt-frames/{p}/")]
+            assert offsets == sorted(offsets) and offsets  # capture order per partition
+        fo = ForwardedOffsets(tmp_path, "mqtt-frames")
+        assert {fo.get(0), fo.get(1)} == {int(max(o for pp, o in zip(table["partition"].to_pylist(),
+                                                                      table["offset"].to_pylist()) if pp == p))
+                                          for p in (0, 1)}
+        sc.setJobGroup("lg-executors", "executor forwarding")
+        try:
+            again = forward_batch(select_forward(rows), 6,
+                                  config(rabbitmq, tmp_path, "job.forward_on_driver_max_rows=0"),
+                                  rows=n, table=table)
+        finally:
+            sc.setJobGroup("", "")
+        assert sc.statusTracker().getJobIdsForGroup("lg-executors")  # limit 0: the executors
+        assert again.accepted == 120
+        consumer.wait(topic, 240)
+    finally:
+        rows.unpersist()
+
+
 def test_cached_forwarders_are_closed_at_exit_before_protons_cleanup(rabbitmq, tmp_path):
     # A forwarder thread still running when proton cleans up at exit aborts the
     # interpreter. The child registers its check first, so it runs last (atexit

@@ -30,7 +30,7 @@ class SinkResult:
         self.error = error
         self.calls = 0
 
-    def __call__(self, df, batch_id, aligned=False):
+    def __call__(self, df, batch_id, aligned=False, **driver):  # rows, table: the driver path's
         self.calls += 1
         rows = df.count()
         fail = Unforwardable("mqtt-frames", 0, self.offset, self.rule, self.error)

@@ -1,0 +1,61 @@
+"""The rows AMQP forwarding sends, from a batch already on the driver as
+Arrow: the driver path's twin of :func:`bridge.job.batch.select_forward`
+(the Spark projection the executor path uses). Same filter, same columns
+(``schemas.forward.FORWARD_DDL``), same values; kept equal by
+``tests/job/test_forward_rows.py``, which compares the two on the same
+batch. Computing them here costs no Spark job: for a small batch that job
+was most of the forwarding time (``lakegate bench job``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+__all__ = ["forward_mask", "forward_rows_of"]
+
+PUBLISH, PUBREL = 3, 6
+
+#: FORWARD_DDL's columns that only a PUBLISH has (None on a PUBREL's row)
+_PUB_ONLY = ("retain", "dup", "payload", "payload_format_indicator", "message_expiry_interval",
+             "response_topic", "correlation_data", "user_properties", "content_type")
+_COORDS = ("stream", "partition", "offset", "seq", "conn_id", "client_id", "receive_time")
+
+
+def forward_mask(table: "pa.Table") -> "pa.ChunkedArray":
+    """Which frame rows are forwarded: valid, not refused by the edge, and a
+    PUBLISH (not an edge-marked QoS 2 duplicate) or a PUBREL that names its
+    topic."""
+    import pyarrow.compute as pc
+
+    ok = pc.and_(pc.fill_null(table["valid"], False), pc.is_null(table["edge_rule"]))
+    ptype = pc.fill_null(table["packet_type"], 0)
+    pub = pc.and_(pc.equal(ptype, PUBLISH), pc.invert(pc.fill_null(table["duplicate"], False)))
+    rel = pc.and_(pc.equal(ptype, PUBREL), pc.is_valid(table["rel_topic"]))
+    return pc.and_(ok, pc.or_(pub, rel))
+
+
+def forward_rows_of(table: "pa.Table") -> list[dict[str, Any]]:
+    """FORWARD_DDL rows (dicts) of the frame-row ``table``, in capture order
+    ((partition, offset), as the executor path sorts them)."""
+    if table.num_rows == 0:
+        return []
+    t = table.filter(forward_mask(table))
+    if t.num_rows > 1:
+        t = t.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    cols = ["packet_type", "topic", "rel_topic", "packet_id", "qos", *_PUB_ONLY, *_COORDS]
+    out = []
+    for r in t.select(cols).to_pylist():
+        pub = r["packet_type"] == PUBLISH
+        row = {"kind": "publish" if pub else "pubrel",
+               "topic": r["topic"] if pub else r["rel_topic"],
+               "packet_id": r["packet_id"],
+               "qos": r["qos"] if pub else 2}
+        for c in _PUB_ONLY:
+            row[c] = r[c] if pub else None
+        for c in _COORDS:
+            row[c] = r[c]
+        out.append(row)
+    return out
