@@ -1,5 +1,5 @@
 """Receiving from the AMQP network: :class:`DownlinkReceiver`, the edge's
-receiver links (issue 24's transport; the edge does not use it yet).
+receiver links (used by :mod:`bridge.edge.downlink`).
 
 One proton ``Container`` on a thread of its own, one connection to
 ``amqp.url`` (the forward direction's :func:`~bridge.amqp.connection.peer_url`
