@@ -318,7 +318,7 @@ def test_restarted_query_has_one_listener_and_reports_each_batch_once(spark, tmp
                              "tables.engine=delta-rs", "job.trigger_interval_s=0.2"], env={})
     calls: list[int] = []
 
-    def forward(frames, batch_id, *, config, aligned=False):
+    def forward(frames, batch_id, *, config, aligned=False, **driver):  # rows, table: the driver path's
         calls.append(batch_id)
         if len(calls) == 1:
             raise RuntimeError("AMQP peer down (test)")
