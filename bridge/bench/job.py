@@ -95,7 +95,8 @@ def _fill(data_dir: Path, records: int, payload_bytes: int) -> None:
     try:
         s = socket.create_connection(("127.0.0.1", edge.port), timeout=30)
         s.sendall(encode(Connect(protocol_level=5, client_id="bench-job", clean_start=True), 5))
-        assert s.recv(64)[:1] == b"\x20", "no CONNACK"
+        if s.recv(64)[:1] != b"\x20":
+            raise RuntimeError("the edge did not answer the bench's CONNECT with CONNACK")
         payload = b"x" * payload_bytes
         frames = [encode(Publish(qos=1, retain=False, topic=f"bench/job/{i % 10}",
                                  packet_id=i % 65535 + 1, payload=payload, properties=Properties()), 5)
