@@ -47,7 +47,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from bridge.amqp.connection import peer_url
-from bridge.amqp.retry import backoff
+from bridge.amqp.retry import backoff, condition_text
 from bridge.amqp.reverse import ReverseMappingError, map_message
 from bridge.config import AmqpConfig
 
@@ -222,16 +222,13 @@ class DownlinkReceiver(MessagingHandler):
         self._warn_leftover_queue(event.link)
 
     def on_link_error(self, event: Any) -> None:  # (MessagingHandler's name for a refused link)
-        link = event.link
-        cond = link.remote_condition
-        self._refused(link, cond.description if cond is not None else "no reason given")
+        self._refused(event.link, condition_text(event.link.remote_condition))
 
     def on_session_error(self, event: Any) -> None:
         # RabbitMQ 3.x ends the whole session over a link it refuses (e.g.
         # PRECONDITION_FAILED, a queue of other durability); each link has a
         # session of its own, so this is that link
-        cond = event.session.remote_condition
-        why = cond.description if cond is not None else "no reason given"
+        why = condition_text(event.session.remote_condition)
         for link in [ln for ln in self.links.values() if ln.session == event.session]:
             self._refused(link, why)
 

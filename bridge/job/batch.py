@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bridge.config import Config
+from bridge.job.forward_rows import PUBLISH, PUBREL  # one definition for both forwarding paths
 from bridge.tables.engine import TableEngine
 from bridge.tables.maintenance import run_maintenance
 from bridge.tables.writer import TableStats, write_tables, write_unforwardable
@@ -50,8 +51,6 @@ __all__ = ["BatchStats", "BatchStep", "StopRequested", "is_stop_requested", "par
            "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
-
-PUBLISH, PUBREL = 3, 6
 
 
 def _last_offsets(table) -> dict[int, int]:
