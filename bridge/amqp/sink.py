@@ -193,7 +193,8 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
     ``rows``, ``table``: how many rows ``df`` holds and the batch's frame
     rows as Arrow, when the caller has them on the driver; ``rows`` at most
     ``job.forward_on_driver_max_rows`` (and that not 0): forwarded from the
-    driver instead (:func:`forward_on_driver`), its rows made from ``table``.
+    driver instead (:func:`forward_on_driver`), its rows made from ``table``;
+    then ``df`` may be None (the batch step builds no DataFrame for it).
     """
     from bridge.amqp.sender import ForwardResult
     from bridge.amqp.unforwardable import Unforwardable
@@ -207,6 +208,9 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
         from bridge.job.forward_rows import forward_rows_of
 
         return forward_on_driver(forward_rows_of(table), batch_id, config)
+    if df is None:
+        raise ValueError(f"batch {batch_id}: no DataFrame to forward and the driver path does not apply "
+                         f"({rows} rows, job.forward_on_driver_max_rows {limit}, table given: {table is not None})")
     if aligned:
         ordered = df
     else:

@@ -2,7 +2,9 @@
 
 ``BatchStep`` is called by Spark once per micro-batch, on the driver, with the
 batch's frame rows (``schemas.tables.FRAME_ROW_DDL``). It is not pickled and
-never runs on executors; forwarding itself runs on executors (one AMQP
+never runs on executors. A batch with at most
+``job.forward_on_driver_max_rows`` rows to forward is forwarded from the
+driver (from the batch as Arrow); a bigger one on executors (one AMQP
 connection per task over a capture partition).
 
 Order and failure semantics:
@@ -47,7 +49,7 @@ from bridge.tables.writer import TableStats, write_tables, write_unforwardable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "StopRequested", "is_stop_requested", "partitions_aligned",
+__all__ = ["BatchStats", "BatchStep", "StopRequested", "batch_records", "is_stop_requested", "partitions_aligned",
            "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,38 @@ def _last_offsets(table) -> dict[int, int]:
     return {int(p): int(o) for p, o in zip(ends["partition"].to_pylist(),
                                            ends["offset_max"].to_pylist())
             if p is not None and o is not None}
+
+
+def _end_offsets(checkpoint: Path, batch_id: int) -> dict[str, int] | None:
+    """The source's end offsets of micro-batch ``batch_id`` from Spark's
+    offset log (``<checkpoint>/offsets/<id>``: ``v1``, the batch metadata,
+    then one line per source; ours is ``{"<partition>": <offset>, ...}``)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+        end = json.loads(lines[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not isinstance(end, dict):
+        return None
+    try:
+        return {str(k): int(v) for k, v in end.items()}
+    except (TypeError, ValueError):
+        return None
+
+
+def batch_records(checkpoint: str | Path, batch_id: int) -> int | None:
+    """How many capture records micro-batch ``batch_id`` reads: its end
+    offsets minus the previous batch's, from Spark's offset log, which Spark
+    writes before it calls foreachBatch. None when that cannot be told (the
+    first batch of a checkpoint, whose start is the source's initial offset;
+    a log Spark has purged): the caller assumes a big batch."""
+    if batch_id <= 0:
+        return None
+    checkpoint = Path(checkpoint)
+    end, start = _end_offsets(checkpoint, batch_id), _end_offsets(checkpoint, batch_id - 1)
+    if end is None or start is None:
+        return None
+    return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
 
 
 class StopRequested(RuntimeError):
@@ -185,7 +219,9 @@ class BatchStep:
         with self._lock:
             if self.stop is not None and self.stop.is_set():
                 raise StopRequested(f"stop requested: batch {batch_id} runs again from the checkpoint on the next start")
-            frames = frames.persist()
+            cache = self._needs_cache(batch_id)
+            if cache:
+                frames = frames.persist()
             try:
                 t1 = time.monotonic()
                 table = frames.toArrow()
@@ -200,9 +236,7 @@ class BatchStep:
                     # nothing to forward starts no Spark job for it.
                     n_forward = _forwardable(table)
                     if n_forward:
-                        aligned = partitions_aligned(frames, table)
-                        fwd = self.forward(select_forward(frames), batch_id, aligned=aligned, rows=n_forward,
-                                           table=table)
+                        fwd = self._forward(frames, table, n_forward, batch_id)
                         counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
                     else:
                         fwd, counts = None, {}
@@ -220,11 +254,44 @@ class BatchStep:
                     stats.extra["timing_s"]["forward"] = round(time.monotonic() - t3, 3)
                 log.debug("batch %d timing: %s", batch_id, stats.extra.get("timing_s"))
             finally:
-                frames.unpersist()
+                if cache:
+                    frames.unpersist()
             self._maybe_maintain()
         stats.seconds = time.monotonic() - t0
         if self.on_stats is not None:
             self.on_stats(stats)
+
+    def _needs_cache(self, batch_id: int) -> bool:
+        """Whether the batch is kept in Spark's cache after ``toArrow``:
+        only when the executors may forward it (they read the frames again;
+        without the cache they would read and parse them again). A batch the
+        offset log shows to hold at most ``job.forward_on_driver_max_rows``
+        records is forwarded from the driver, whatever it holds; and without
+        forwarding nothing reads the frames twice. persist + unpersist cost
+        about 10 ms a batch, about 4 % of a small one."""
+        if self.forward is None:
+            return False
+        limit = self.config.job.forward_on_driver_max_rows
+        if limit <= 0:
+            return True
+        n = batch_records(self.checkpoint, batch_id)
+        return n is None or n > limit
+
+    def _forward(self, frames: "DataFrame", table, n_forward: int, batch_id: int) -> Any:
+        """Hand the batch to ``self.forward`` (``bridge.amqp.sink.forward_batch``).
+
+        At most ``job.forward_on_driver_max_rows`` rows to forward: the
+        driver forwards them from ``table`` (the batch as Arrow, already
+        here), and no DataFrame is built for it (``df`` is None): building
+        ``select_forward``'s plan alone is some 700 py4j calls, 0.1 s a
+        batch (measured with cProfile in ``lakegate bench job``), and
+        ``partitions_aligned`` asks the JVM too. Otherwise the executors
+        forward ``select_forward(frames)``."""
+        limit = self.config.job.forward_on_driver_max_rows
+        if 0 < limit and n_forward <= limit:
+            return self.forward(None, batch_id, aligned=False, rows=n_forward, table=table)
+        return self.forward(select_forward(frames), batch_id, aligned=partitions_aligned(frames, table),
+                            rows=n_forward, table=None)
 
     def _coverage(self, last: dict[int, int], batch_id: int) -> str:
         """The retained commit's ``userMetadata``: per capture partition, the

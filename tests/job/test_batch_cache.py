@@ -1,0 +1,52 @@
+"""Which micro-batches the batch step keeps in Spark's cache: only those the
+executors may forward (they read the frames again). The size comes from
+Spark's offset log, written before foreachBatch runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bridge.config import load_config
+from bridge.job.batch import BatchStep, batch_records
+
+
+def _offsets(checkpoint, batch_id, ends):
+    d = checkpoint / "offsets"
+    d.mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}}
+    (d / str(batch_id)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps({str(p): o for p, o in ends.items()})}")
+
+
+def test_batch_records_is_this_batch_end_minus_the_previous_one(tmp_path):
+    _offsets(tmp_path, 4, {0: 100, 1: 50})
+    _offsets(tmp_path, 5, {0: 130, 1: 50, 2: 7})  # partition 2: new, starts at 0
+    assert batch_records(tmp_path, 5) == 30 + 0 + 7
+
+
+@pytest.mark.parametrize("setup, batch_id", [
+    (lambda cp: _offsets(cp, 0, {0: 10}), 0),  # first batch: starts at the source's initial offset
+    (lambda cp: _offsets(cp, 3, {0: 10}), 3),  # the previous batch's file purged
+    (lambda cp: (_offsets(cp, 2, {0: 1}), (cp / "offsets" / "3").write_text("v1\n{}\nnot json")), 3),
+])
+def test_batch_records_unknown_is_none(tmp_path, setup, batch_id):
+    setup(tmp_path)
+    assert batch_records(tmp_path, batch_id) is None
+
+
+@pytest.mark.parametrize("forward, limit, records, cached", [
+    (False, 2000, 10_000, False),  # nothing reads the frames twice
+    (True, 2000, 200, False),      # forwarded from the driver's Arrow copy
+    (True, 2000, 2000, False),
+    (True, 2000, 2001, True),      # may go to the executors
+    (True, 0, 200, True),          # driver forwarding off
+    (True, 2000, None, True),      # size unknown: assume big
+])
+def test_a_batch_is_cached_only_when_executors_may_forward_it(tmp_path, forward, limit, records, cached):
+    cfg = load_config(None, [f"data_dir={tmp_path}", f"job.forward_on_driver_max_rows={limit}"], env={})
+    if records is not None:
+        _offsets(tmp_path, 6, {0: 1000})
+        _offsets(tmp_path, 7, {0: 1000 + records})
+    step = BatchStep(cfg, engine=None, checkpoint=tmp_path, forward=(lambda *a, **k: None) if forward else None)
+    assert step._needs_cache(7) is cached  # noqa: SLF001 - the decision itself
