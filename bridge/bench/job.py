@@ -172,9 +172,10 @@ def _listener_class():
 
 def _start_floor(spark, config: Config, checkpoint: Path, batch: int):
     from bridge.spark.source import register
+    from schemas.capture import CAPTURE_RECORD_DDL
 
     register(spark)
-    return (spark.readStream.format("lakegate").option("startingOffsets", "earliest")
+    return (spark.readStream.format("lakegate").schema(CAPTURE_RECORD_DDL).option("startingOffsets", "earliest")
             .option("maxRecordsPerTrigger", batch).load(str(config.capture_dir))
             .writeStream.foreachBatch(lambda df, i: df.toArrow())
             .option("checkpointLocation", str(checkpoint)).queryName(f"floor-{checkpoint.name}")
