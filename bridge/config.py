@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -284,6 +285,11 @@ class SparkConfig:
     shuffle_partitions: int = 4
     ui_enabled: bool = False
     log_level: str = "WARN"
+    #: JVM options of a local session's JVM (driver and executors in one; not
+    #: under spark-submit, whose --driver-java-options win). C1 only: the JIT's
+    #: C2 compiler threads were half the JVM's CPU in a small deployment
+    #: (README, "Where the CPU goes"); "" for the JVM's defaults.
+    java_options: str = "-XX:TieredStopAtLevel=1"
 
 
 @dataclass
@@ -468,6 +474,14 @@ def _validate(key: str, value: Any, source: str) -> None:
         parts = urlsplit(value)
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
             raise ConfigError(key, source, "must be mqtt://host[:port] or mqtts://host[:port]")
+    if key == "spark.java_options":
+        try:
+            opts = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(key, source, f"cannot be split into options like a shell would: {exc}") from None
+        bad = [o for o in opts if not o.startswith("-")]
+        if bad:
+            raise ConfigError(key, source, f"JVM options start with '-'; got {bad[0]!r}")
     if key == "amqp.url" and value:
         parts = urlsplit(value)
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:

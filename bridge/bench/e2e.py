@@ -85,6 +85,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,13 +112,15 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "warmup_seconds": (2.0, 3.0),
     "start_rate": (1000, 1000),
     "step_factor": (4.0, 2.0),
-    "max_steps": (1, 4),
+    "max_steps": (1, 6),
     "refine": (0, 1),
     "step_seconds": (6.0, 12.0),
     "settle_seconds": (2.0, 3.0),
     "kill_seconds": (6.0, 10.0),
     "overload_kill": (False, False),
     "min_batches": (3, 6),
+    "idle_seconds": (5.0, 30.0),
+    "bare_messages": (2000, 20000),
 }
 
 
@@ -134,7 +137,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-seconds", type=float, help="warm-up before the latency phase (default 3)")
     p.add_argument("--start-rate", type=int, help="first sustained-rate step, msg/s (default 1000)")
     p.add_argument("--step-factor", type=float, help="rate factor between steps (default 2)")
-    p.add_argument("--max-steps", type=int, help="at most this many rising steps (default 4)")
+    p.add_argument("--max-steps", type=int,
+                   help="at most this many rising steps (default 6: 1,000 to 32,000 msg/s)")
     p.add_argument("--refine", type=int,
                    help="steps between the highest rate that held and the lowest that did not (default 1)")
     p.add_argument("--step-seconds", type=float, help="step length (default 12)")
@@ -155,6 +159,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--glue-mode", choices=("async", "sync"), default="async",
                    help="glue design: proton Container thread (paho acks on hand-off) or a "
                         "BlockingConnection send per message (default async)")
+    p.add_argument("--idle-seconds", type=float,
+                   help="lakegate run's CPU with no traffic is measured for this long after start-up (default 30)")
+    p.add_argument("--bare-messages", type=int,
+                   help="messages per run of the bare proton sender, the forwarding reference (default 20000)")
+    p.add_argument("--forwarding-off", action=argparse.BooleanOptionalAction, default=True,
+                   help="also step the rate with lakegate's forwarding off (amqp.url empty; default: on)")
     p.add_argument("--only", choices=("lakegate", "glue"), help="measure one side only")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs) and say where")
 
@@ -524,6 +534,7 @@ class _Lakegate:
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.cpu_dead = 0.0  # CPU of killed incarnations
+        self.log_from = 0  # where this incarnation's lines start in the log file
 
     def sets(self, extra: list[str]) -> list[str]:
         return ["log_level=INFO", *self.base, f"data_dir={self.data_dir}", "edge.port=0",
@@ -542,6 +553,7 @@ class _Lakegate:
             cmd += ["--set", s]
         cfg = self.config(extra)
         t0 = time.monotonic()
+        self.log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -556,6 +568,15 @@ class _Lakegate:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"lakegate run did not start its edge within {timeout:.0f}s: {self.tail()}")
             time.sleep(0.1)  # startup poll, bounded by the deadline
+
+    def log_text(self) -> str:
+        """What this incarnation logged so far (the log file is shared by restarts)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_from)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def tail(self, lines: int = 5) -> str:
         try:
@@ -948,11 +969,13 @@ class _Bench:
         await ph.publish(ack_timeout=120)
         ph.close()
         await _await(_all_received(ph, rx), 120)
-        out = {**ph.summary(), **_delivery(ph, rx), "cpu_s": round(cpu() - c0, 2)}
+        cpu_s = cpu() - c0
+        out = {**ph.summary(), **_delivery(ph, rx), "cpu_s": round(cpu_s, 2),
+               "cpu_s_per_1000_msgs": round(1000 * cpu_s / ph.sent, 2) if ph.sent else None}
         return ph, out
 
     async def _steps(self, port: int, label: str, probe: Callable[[Phase], "_Probe"],
-                     cpu: Callable[[], float]) -> dict:
+                     cpu: Callable[[], float], start_rate: float | None = None) -> dict:
         """Step the rate up until a step does not hold, then ``--refine``
         steps between the highest that held and the lowest that did not (at
         their geometric mean, rounded to 100 msg/s)."""
@@ -960,7 +983,7 @@ class _Bench:
         steps: list[dict] = []
         best: float | None = None
         failed: float | None = None
-        rate = float(o.start_rate)
+        rate = float(start_rate or o.start_rate)
         for n in range(o.max_steps):
             step = await self._step(port, f"{label}-s{n}", rate, probe, cpu)
             steps.append(step)
@@ -1141,9 +1164,24 @@ class _Bench:
             self.say(f"lakegate: starting lakegate run (data in {data_dir}) ...")
             t_start = time.monotonic()
             result["edge_up_s"] = round(lg.start(capture, o.startup_timeout), 1)
-            if not await _await(lambda: job.backlog() is not None, o.startup_timeout):
+            started: list[float] = []
+
+            def first_batch() -> bool:
+                if not started and "job started:" in lg.log_text():
+                    started.append(time.monotonic() - t_start)
+                return job.backlog() is not None
+
+            if not await _await(first_batch, o.startup_timeout, poll=0.05):
                 raise RuntimeError(f"the job committed no batch within {o.startup_timeout:.0f}s: {lg.tail()}")
             result["job_ready_s"] = round(time.monotonic() - t_start, 1)
+            result["job_started_s"] = round(started[0], 1) if started else None
+            self.say(f"lakegate: edge up in {result['edge_up_s']} s, query started at {result['job_started_s']} s, "
+                     f"first batch committed at {result['job_ready_s']} s; CPU with no traffic for "
+                     f"{o.idle_seconds:g} s ...")
+            await asyncio.sleep(2.0)  # the first batch's aftermath (retained cache reload)
+            c0, t0 = lg.cpu(), time.monotonic()
+            await asyncio.sleep(o.idle_seconds)
+            result["idle_cpu_pct_of_core"] = round(100 * (lg.cpu() - c0) / (time.monotonic() - t0), 2)
             result["config"]["tables_engine_used"] = _engine_from_log(lg.log_path)
             self.say(f"lakegate: edge on 127.0.0.1:{lg.port}; latency at {o.rate} msg/s ...")
             _ph, result["latency"] = await self._latency(lg.port, "lg-lat", True, lg.cpu)
@@ -1163,6 +1201,25 @@ class _Bench:
             self.say(f"lakegate: ack_after=forward, latency at {o.rate} msg/s ...")
             # no warm-up: the recovery after the kill already ran the restarted job's forwarding
             _ph, result["ack_after_forward"] = await self._latency(lg.port, "lg-fwd", False, lg.cpu)
+            self.say(f"lakegate: a bare proton sender to the same RabbitMQ, {o.bare_messages:,} messages x 3 ...")
+            result["bare_proton"] = _bare_proton(self.config, self.prefix, o.bare_messages, o.payload_bytes)
+            if o.forwarding_off:
+                lg.stop()
+                off = ["amqp.url=", *capture]
+                lg.start(off, o.startup_timeout)
+                # the checkpoint has batches already: wait for this incarnation's query, then
+                # let it run a few batches of a warm-up before the steps
+                if not await _await(lambda: "job started:" in lg.log_text(), o.startup_timeout):
+                    raise RuntimeError(f"the job (forwarding off) did not start: {lg.tail()}")
+                w = self.phase("lg-off-warm", o.rate, o.warmup_seconds, consumed=False)
+                await w.connect("127.0.0.1", lg.port)
+                await w.publish()
+                w.close()
+                await _await(drained, 120)
+                held = (result.get("sustained") or {}).get("max_sustained_rate")
+                self.say(f"lakegate: forwarding off, sustained rate from {held or o.start_rate:,.0f} msg/s ...")
+                result["sustained_forwarding_off"] = await self._steps(lg.port, "lg-off", job_probe, lg.cpu,
+                                                                       start_rate=held)
         finally:
             lg.stop()
         return result
@@ -1242,6 +1299,26 @@ class _Bench:
         out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         _compare(out)
         return out
+
+
+def _bare_proton(config: Config, prefix: str, messages: int, payload_bytes: int, repeat: int = 3) -> dict:
+    """The rate a bare python-qpid-proton sender reaches against the AMQP peer
+    (``bridge.bench.amqp.bare_send``: mapped messages sent as fast as link
+    credit allows, every disposition awaited), to topics nothing is bound to
+    like the sustained steps': the reference for lakegate's rate with
+    forwarding on. Median of ``repeat`` runs."""
+    from bridge.amqp.mapping import PROFILES, map_row
+    from bridge.bench.amqp import _rows, bare_send
+
+    amqp = config.amqp
+    topics = [f"{prefix}/bare/{i}" for i in range(10)]
+    rows = _rows(messages, bytes(payload_bytes), 1, topics)
+    runs = []
+    for _ in range(repeat):
+        outgoing = [map_row(r, PROFILES[amqp.profile], amqp.address_template, time.time()) for r in rows]
+        runs.append(bare_send(amqp, outgoing))
+    return {"messages": messages, "runs_s": [round(x, 3) for x in runs],
+            "msgs_per_s": round(messages / statistics.median(runs), 1)}
 
 
 def _engine_from_log(path: Path) -> str | None:
@@ -1339,6 +1416,15 @@ def _print(r: dict) -> None:
         lambda d: f"{d['sustained']['max_sustained_rate'] or 0:,.0f}"
         + (f" (<{d['sustained']['lowest_failed_rate']:,.0f})" if d["sustained"]["lowest_failed_rate"] else ""))
     row("job rows/s while busy, last step held", lambda d: f"{_last_held(d, 'job_rows_per_busy_s'):,.0f}")
+    row("  forwarding off (msg/s)",
+        lambda d: f"{d['sustained_forwarding_off']['max_sustained_rate'] or 0:,.0f}"
+        + (f" (<{d['sustained_forwarding_off']['lowest_failed_rate']:,.0f})"
+           if d["sustained_forwarding_off"]["lowest_failed_rate"] else ""))
+    row("  bare proton sender, same peer (msg/s)", lambda d: f"{d['bare_proton']['msgs_per_s']:,.0f}")
+    row("CPU s per 1,000 msgs, latency phase", lambda d: f"{d['latency']['cpu_s_per_1000_msgs']}")
+    row("CPU with no traffic (% of a core)", lambda d: f"{d['idle_cpu_pct_of_core']}")
+    row("start: edge / query / 1st batch (s)",
+        lambda d: f"{d['edge_up_s']} / {d['job_started_s']} / {d['job_ready_s']}")
     for key, what in (("kill", "kill"), ("kill_overload", "kill overloaded")):
         if not any(key in r[s] for s in sides):
             continue
@@ -1346,8 +1432,12 @@ def _print(r: dict) -> None:
         row(f"{what} at {rate:,.0f}/s: acked / lost / dup",
             lambda d, k=key: f"{d[k]['acknowledged']} / {d[k]['lost_acknowledged']} / {d[k]['duplicates']}")
         row(f"{what}: restart (s)", lambda d, k=key: f"{d[k]['restart_s']}")
-    for s in sides:
-        steps = r[s]["sustained"]["steps"] if "sustained" in r[s] else []
+    for s in [*sides, "forwarding off"]:
+        d = r["lakegate"].get("sustained_forwarding_off") if s == "forwarding off" and "lakegate" in r else \
+            r.get(s, {}).get("sustained")
+        steps = d["steps"] if d else []
+        if not steps:
+            continue
         print(f"{s} steps: " + ", ".join(
             f"{st['offered_rate']:,.0f} {'ok' if st['sustained'] else 'no'} (slope {st['backlog_slope_per_s']}/s)"
             for st in steps))

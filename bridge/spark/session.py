@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING, Mapping
 
@@ -56,9 +57,12 @@ def _base_conf(config: Config) -> dict[str, str]:
         # Not ./spark-warehouse of whatever directory the process runs in (a notebook's: notebooks/).
         "spark.sql.warehouse.dir": str(config.data_path / "spark-warehouse"),
     }
+    java = shlex.split(config.spark.java_options)
     cdir = conf_dir()
     if cdir is not None and (cdir / "log4j2.properties").exists():
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{cdir / 'log4j2.properties'}"
+        java.append(f"-Dlog4j2.configurationFile=file:{cdir / 'log4j2.properties'}")
+    if java:
+        conf["spark.driver.extraJavaOptions"] = shlex.join(java)
     return conf
 
 

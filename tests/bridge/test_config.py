@@ -1,3 +1,4 @@
+import re
 import os
 import subprocess
 import sys
@@ -201,3 +202,21 @@ def test_object_storage_data_dir_is_one_line_and_exit_2(tmp_path):
         "lakegate: config error: data_dir: s3:// is a URL; object storage is not supported yet: give a local path "
         "(or a shared file system mounted at the same path everywhere) (from --set data_dir)"]
     assert not (tmp_path / "s3:").exists()
+
+
+@pytest.mark.parametrize("value, problem", [
+    ('-Xss1m "-Dx=y', "cannot be split into options like a shell would"),
+    ("Xss1m", "JVM options start with '-'; got 'Xss1m'"),
+])
+def test_spark_java_options_are_checked(value, problem):
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        load_config(None, [f"spark.java_options={value}"], env={})
+
+
+def test_spark_java_options_join_the_log4j_option_and_may_be_emptied():
+    from bridge.spark.session import _base_conf
+
+    opts = _base_conf(load_config(None, ["spark.java_options=-Xss2m '-Dlakegate.note=a b'"], env={}))
+    assert opts["spark.driver.extraJavaOptions"].startswith("-Xss2m '-Dlakegate.note=a b' -Dlog4j2.configurationFile=")
+    empty = _base_conf(load_config(None, ["spark.java_options="], env={}))["spark.driver.extraJavaOptions"]
+    assert empty.startswith("-Dlog4j2.configurationFile=") and "Tiered" not in empty

@@ -19,3 +19,11 @@ def test_session_is_local_and_quiet(spark):
     assert spark.sparkContext.master.startswith("local")
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+
+
+def test_local_jvm_runs_with_spark_java_options_c1_only_by_default(spark):
+    """spark.java_options reaches the local JVM (C1 JIT only by default: README, where the CPU goes)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j handle, no public API for the JVM's arguments
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert "-XX:TieredStopAtLevel=1" in args
+    assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args)  # the project's log4j2 file too
