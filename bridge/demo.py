@@ -30,6 +30,9 @@ from bridge.config import Config
 __all__ = ["Demo", "DemoError"]
 
 PREFIX = "demo"
+#: the demo's alarm: retained, QoS 1, MQTT 5 Message Expiry Interval 5 s
+ALARM_TOPIC = f"{PREFIX}/plant-7/dev-04/alarm"
+ALARM_EXPIRY_S = 5
 
 
 class DemoError(RuntimeError):
@@ -63,6 +66,8 @@ class _Counter:
         from proton.reactor import Container, EventInjector
 
         self.counts: dict[str, int] = {}
+        #: topic -> (monotonic receipt time, ttl in ms) of what arrived; the alarm's is reported
+        self.arrived: dict[str, tuple[float, int | None]] = {}
         self.error: str | None = None
         self.ready = threading.Event()
         self.injector = EventInjector()
@@ -80,6 +85,9 @@ class _Counter:
             def on_message(self, event):
                 key = event.message.subject or "message"
                 counter.counts[key] = counter.counts.get(key, 0) + 1
+                if key == "publish" and event.message.address:
+                    ttl = event.message.ttl  # seconds, float (proton); 0 when absent
+                    counter.arrived[str(event.message.address)] = (time.monotonic(), round(ttl * 1000) if ttl else None)
 
             def on_transport_error(self, event):
                 counter.error = str(event.transport.condition)
@@ -204,8 +212,9 @@ class Demo:
             pub(clients["dev-02"], f"{PREFIX}/plant-7/dev-02/status", b"", 1, retain=True)         # cleared
             pub(clients["dev-04"], f"{PREFIX}/plant-7/dev-04/firmware", b"2.4.2 staged", 2, retain=True,
                 properties=props(UserProperty=("by", "ops")))
-            pub(clients["dev-04"], f"{PREFIX}/plant-7/dev-04/alarm", b"door open", 1, retain=True,
-                properties=props(MessageExpiryInterval=5))  # expires 5 s after it was received
+            pub(clients["dev-04"], ALARM_TOPIC, b"door open", 1, retain=True,
+                properties=props(MessageExpiryInterval=ALARM_EXPIRY_S))  # expires 5 s after it was received
+            self.alarm_acked = time.monotonic()
         finally:
             for c in clients.values():
                 c.loop_stop()
@@ -289,9 +298,23 @@ class Demo:
         if counter is not None:
             pubs, rels = counter.counts.get("publish", 0), counter.counts.get("pubrel", 0)
             self.say(f"AMQP consumer on /topic/{PREFIX}.#: {pubs} AMQP_PUBLISH, {rels} AMQP_PUBREL received")
+            self.say(self._alarm_line(counter))
         self.say()
         self.say('next: lakegate sql "SELECT topic, CAST(payload AS STRING) payload, set_at FROM retained '
                  "WHERE mqtt_match('demo/+/+/status', topic)\"")
+
+    def _alarm_line(self, counter: "_Counter") -> str:
+        """Whether the alarm (5 s Message Expiry Interval) made it to AMQP in
+        time, and how long it took from its PUBACK to the consumer."""
+        got = counter.arrived.get(ALARM_TOPIC)
+        acked = getattr(self, "alarm_acked", None)
+        if got is None or acked is None:
+            return (f"alarm {ALARM_TOPIC} (expiry {ALARM_EXPIRY_S} s): not received over AMQP (expired before "
+                    "its batch was forwarded, or the consumer missed it)")
+        t, ttl = got
+        left = f", ttl {ttl:,} ms left" if ttl is not None else ""
+        return (f"alarm {ALARM_TOPIC} (expiry {ALARM_EXPIRY_S} s): forwarded, received over AMQP "
+                f"{t - acked:.2f} s after its PUBACK{left}")
 
     def run(self) -> int:
         from bridge.job.progress import read_status

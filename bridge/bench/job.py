@@ -147,9 +147,9 @@ class _Meter:
 
 
 def _listener_class():
-    from pyspark.sql.streaming import StreamingQueryListener
+    from bridge.spark.listener import JsonEventListener  # as the job's own listener
 
-    class Listener(StreamingQueryListener):
+    class Listener(JsonEventListener):
         def __init__(self) -> None:
             self.meters: dict[str, _Meter] = {}
 

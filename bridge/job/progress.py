@@ -117,9 +117,9 @@ def format_failure(f: Mapping, now: float | None = None) -> str:
 
 
 def _listener_base():
-    from pyspark.sql.streaming import StreamingQueryListener
+    from bridge.spark.listener import JsonEventListener  # progress as one JSON string per batch
 
-    return StreamingQueryListener
+    return JsonEventListener
 
 
 class ProgressListener(_listener_base()):  # type: ignore[misc]

@@ -49,5 +49,14 @@ def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq):
     assert (forwarded, expired) in ((49, 0), (48, 1))
     assert f"AMQP consumer on /topic/demo.#: {forwarded - 1} AMQP_PUBLISH, 1 AMQP_PUBREL received" in text
     assert expired == 0 or "demo/plant-7/dev-04/alarm" not in retained  # expired then, expired now
+    alarm = re.search(r"^alarm demo/plant-7/dev-04/alarm \(expiry 5 s\): (.*)$", text, re.M)
+    assert alarm, text
+    if expired:
+        assert alarm.group(1).startswith("not received over AMQP"), alarm.group(1)
+    else:  # forwarded in time: received with what was left of its 5 s
+        got = re.fullmatch(r"forwarded, received over AMQP ([\d.]+) s after its PUBACK, ttl ([\d,]+) ms left",
+                           alarm.group(1))
+        assert got, alarm.group(1)
+        assert 0 < int(got.group(2).replace(",", "")) <= 5000
     assert text.rstrip().endswith("stopped the background lakegate run")
     assert not (tmp_path / "run.pid").exists()
