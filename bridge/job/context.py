@@ -20,7 +20,11 @@ def header(name: str) -> "Column":
     """The first capture header called ``name``, as a string (null when absent)."""
     from pyspark.sql import functions as F
 
-    return F.expr(f"CAST(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS STRING)")
+    # array_position finds the first key (1-based, 0 when absent); get() is
+    # 0-based and null out of range. Both are code-generated: the lambda of
+    # filter(headers, h -> h.key = ...) is interpreted, row by row, and
+    # fourteen of them were 85 % of reading 20,000 records (1.5 of 1.75 s).
+    return F.expr(f"CAST(get(headers.value, array_position(headers.key, '{name}') - 1) AS STRING)")
 
 
 def with_context(records: "DataFrame") -> "DataFrame":

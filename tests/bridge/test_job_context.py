@@ -34,3 +34,20 @@ def test_missing_headers_default(spark):
     rec = (b"d", b"\xc0\x00", "s", 0, 0, dt.datetime(2026, 1, 1), 1, [])
     r = with_context(spark.createDataFrame([rec], to_spark(CAPTURE_RECORD_DDL))).first()
     assert r.origin == "client" and r.duplicate is False and r.seq is None and r.edge_rule is None
+
+
+def test_the_first_of_repeated_headers_wins_and_null_headers_read_null(spark):
+    """Kafka allows a key twice: the first is the one (as filter(...)[1] read it)."""
+    from bridge.job.context import with_context
+
+    t = dt.datetime(2026, 1, 1)
+    recs = [
+        (b"d", b"\xc0\x00", "s", 0, 0, t, 1, [{"key": "proto", "value": b"4"}, {"key": "seq", "value": b"7"},
+                                                {"key": "proto", "value": b"5"}]),
+        (b"d", b"\xc0\x00", "s", 0, 1, t, 1, None),                                # no headers at all
+        (b"d", b"\xc0\x00", "s", 0, 2, t, 1, [{"key": "conn_id", "value": None}]),  # a header without value
+    ]
+    rows = with_context(spark.createDataFrame(recs, to_spark(CAPTURE_RECORD_DDL))).orderBy("offset").collect()
+    assert (rows[0].protocol_level, rows[0].seq) == (4, 7)
+    assert (rows[1].protocol_level, rows[1].seq, rows[1].origin) == (None, None, "client")
+    assert rows[2].conn_id is None and rows[2].seq is None
