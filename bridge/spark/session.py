@@ -54,6 +54,8 @@ def _base_conf(config: Config) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # Python workers forked with the parser, pandas and pyarrow imported (bridge/spark/daemon.py)
+        "spark.python.daemon.module": "bridge.spark.daemon",
         # Not ./spark-warehouse of whatever directory the process runs in (a notebook's: notebooks/).
         "spark.sql.warehouse.dir": str(config.data_path / "spark-warehouse"),
     }
