@@ -328,7 +328,12 @@ class Demo:
                 counter = _Counter(self.config.amqp.url, f"{PREFIX}.#")
             from bridge.job.pipeline import checkpoint_path
 
-            _wait(lambda: (checkpoint_path(self.config) / "metadata").exists(), 180, "the job to start")
+            from bridge.job.progress import committed_offsets
+
+            # the query's first batch is its coldest (JVM, Python workers, tables):
+            # the workload goes after it, as a device would find a running system
+            _wait(lambda: committed_offsets(checkpoint_path(self.config))[0] is not None, 180,
+                  "the job's first batch")
             before = (read_status(self.config.data_path) or {}).get("totals", {})
             if before and before.get("batches") is None:
                 before = {}
