@@ -101,18 +101,21 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     running one finishes; see ``bridge.job.batch``)."""
     from bridge.amqp.sink import forward_batch
     from bridge.job.batch import BatchStep
-    from bridge.spark.source import register
+    from bridge.spark.source import parse_options, register
     from bridge.tables.engine import make_engine
     from schemas.capture import CAPTURE_RECORD_DDL
 
     register(spark)
     config.capture_dir.mkdir(parents=True, exist_ok=True)
+    options = {"startingOffsets": "earliest", "maxRecordsPerTrigger": str(config.job.max_records_per_trigger)}
     # The schema given: without it, load() starts a Python worker to ask the
-    # source for it (1.5 s of `lakegate run`'s start-up, measured)
+    # source for it (1.5 s of `lakegate run`'s start-up, measured). That
+    # worker also checked the options and the capture log; the driver checks
+    # them here instead (SourceOptionError, e.g. no capture log yet).
+    parse_options({**options, "path": str(config.capture_dir)})
     records = (
         spark.readStream.format("lakegate").schema(CAPTURE_RECORD_DDL)
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", config.job.max_records_per_trigger)
+        .options(**options)
         .load(str(config.capture_dir))
     )
     engine = make_engine(config, spark)
@@ -171,6 +174,7 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
 
     from bridge.job.batch import is_stop_requested
     from bridge.job.runner import root_cause
+    from bridge.spark.source import SourceOptionError
     from bridge.spark.jvm import on_jvm_signals
     from bridge.spark.session import under_spark_submit
 
@@ -190,8 +194,11 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
     try:
         try:
             query = start_query(spark, config, once=once, stop=stop)
-        except PySparkException as exc:  # e.g. no capture log yet: one line, not Spark's layers of traceback
+        except PySparkException as exc:  # one line, not Spark's layers of traceback
             log.error("job cannot start: %s", root_cause(str(exc))[:500])
+            return 1
+        except SourceOptionError as exc:  # e.g. no capture log yet
+            log.error("job cannot start: %s: %s", type(exc).__name__, exc)
             return 1
         failure: str | None = None
         try:
