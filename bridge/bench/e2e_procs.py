@@ -331,7 +331,11 @@ class Glue:
 
     def ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"the glue exited with code {self.proc.returncode}; see {self.log_path}")
+            try:
+                tail = " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-8:])
+            except OSError:
+                tail = "no log"
+            raise RuntimeError(f"the glue exited with code {self.proc.returncode}: {tail}")
         st = self.status()
         return bool(st.get("subscribed") and st.get("amqp") and st.get("pid") == self.proc.pid)
 
