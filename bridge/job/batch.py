@@ -49,8 +49,8 @@ from bridge.tables.writer import TableStats, write_tables, write_unforwardable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "StopRequested", "batch_records", "is_stop_requested", "partitions_aligned",
-           "query_id_from_checkpoint", "select_forward"]
+__all__ = ["BatchStats", "BatchStep", "StopRequested", "batch_records", "is_stop_requested", "offset_log_entry",
+           "partitions_aligned", "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +65,17 @@ def _last_offsets(table) -> dict[int, int]:
             if p is not None and o is not None}
 
 
-def _end_offsets(checkpoint: Path, batch_id: int) -> dict[str, int] | None:
-    """The source's end offsets of micro-batch ``batch_id`` from Spark's
-    offset log (``<checkpoint>/offsets/<id>``: ``v1``, the batch metadata,
-    then one line per source; ours is ``{"<partition>": <offset>, ...}``)."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-        end = json.loads(lines[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-    if not isinstance(end, dict):
-        return None
-    try:
-        return {str(k): int(v) for k, v in end.items()}
-    except (TypeError, ValueError):
-        return None
+def offset_log_entry(checkpoint: str | Path, batch_id: int) -> dict[str, int]:
+    """The source's end offsets of micro-batch ``batch_id`` in Spark's offset
+    log (``<checkpoint>/offsets/<id>``: ``v1``, the batch metadata, then one
+    line per source; ours is ``{"<partition>": <offset>, ...}``; ``-`` or
+    nothing: {}). Raises OSError/ValueError when the entry cannot be read.
+    The one reader of that file (``bridge.job.progress.committed_offsets``
+    uses it too)."""
+    lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+    if len(lines) <= 2 or lines[2] in ("-", ""):
+        return {}
+    return json.loads(lines[2])
 
 
 def batch_records(checkpoint: str | Path, batch_id: int) -> int | None:
@@ -90,11 +86,11 @@ def batch_records(checkpoint: str | Path, batch_id: int) -> int | None:
     a log Spark has purged): the caller assumes a big batch."""
     if batch_id <= 0:
         return None
-    checkpoint = Path(checkpoint)
-    end, start = _end_offsets(checkpoint, batch_id), _end_offsets(checkpoint, batch_id - 1)
-    if end is None or start is None:
+    try:
+        end, start = offset_log_entry(checkpoint, batch_id), offset_log_entry(checkpoint, batch_id - 1)
+        return sum(max(0, int(o) - int(start.get(p, 0))) for p, o in end.items())
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
 
 
 class StopRequested(RuntimeError):

@@ -38,7 +38,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Mapping
 
-from bridge.job.batch import BatchStats, is_stop_requested, query_id_from_checkpoint
+from bridge.job.batch import BatchStats, is_stop_requested, offset_log_entry, query_id_from_checkpoint
 
 __all__ = ["ProgressListener", "committed_offsets", "current_failure", "format_failure", "format_line", "lag",
            "read_status"]
@@ -65,9 +65,7 @@ def committed_offsets(checkpoint: str | Path) -> tuple[int | None, dict[str, int
     if not commits:
         return None, None
     batch = max(commits)
-    lines = (cp / "offsets" / str(batch)).read_text().splitlines()
-    # v1 / metadata / one line per source
-    return batch, json.loads(lines[2]) if len(lines) > 2 and lines[2] not in ("-", "") else {}
+    return batch, offset_log_entry(cp, batch)
 
 
 def format_line(d: Mapping) -> str:
