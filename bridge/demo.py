@@ -63,7 +63,9 @@ class _Counter:
 
     def __init__(self, url: str, binding: str) -> None:
         from proton.handlers import MessagingHandler
-        from proton.reactor import Container, EventInjector
+        from proton.reactor import EventInjector
+
+        from bridge.amqp.reactor import container
 
         self.counts: dict[str, int] = {}
         #: topic -> (monotonic receipt time, ttl in ms) of what arrived; the alarm's is reported
@@ -97,7 +99,7 @@ class _Counter:
                 counter.conn.close()
                 counter.injector.close()
 
-        self.container = Container(H())
+        self.container = container(H())
         self.thread = threading.Thread(target=self.container.run, daemon=True, name="demo-amqp")
         self.thread.start()
         if not self.ready.wait(10) or self.error:

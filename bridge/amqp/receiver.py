@@ -46,6 +46,8 @@ from proton import Condition, Delivery, Handler, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
+from bridge.amqp.reactor import container
+
 from bridge.amqp.connection import peer_url
 from bridge.amqp.retry import backoff, condition_text
 from bridge.amqp.reverse import ReverseMappingError, map_message
@@ -141,7 +143,7 @@ class DownlinkReceiver(MessagingHandler):
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
-        self.container = Container(self)
+        self.container = container(self)
         try:
             self.container.run()
         except Exception:  # a bug must not pass silently

@@ -74,7 +74,9 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from proton.reactor import ApplicationEvent, Container
+from proton.reactor import ApplicationEvent
+
+from bridge.amqp.reactor import container
 
 from bridge.amqp.batches import CHUNK, TROUBLE_REPORT_S, WINDOW, Batch, Item  # noqa: F401 - TROUBLE_REPORT_S re-exported
 from bridge.amqp.connection import peer_url
@@ -113,7 +115,7 @@ class Forwarder:
         cid = name or f"{config.container_id}/{socket.gethostname()}/{os.getpid()}/{next(_ids)}"
         self.container_id = cid
         self._engine = Engine(config, cid)
-        self._container = Container(self._engine)
+        self._container = container(self._engine)
         self._container.container_id = cid
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -375,7 +375,9 @@ class _Receiver:
 
     def __init__(self, amqp: Any, binding: str) -> None:
         from proton.handlers import MessagingHandler
-        from proton.reactor import Container, EventInjector
+        from proton.reactor import EventInjector
+
+        from bridge.amqp.reactor import container
 
         from bridge.amqp.sender import peer_url
 
@@ -416,7 +418,7 @@ class _Receiver:
                 me.conn.close()
                 me.injector.close()
 
-        self.container = Container(H())
+        self.container = container(H())
         self.thread = threading.Thread(target=self.container.run, daemon=True, name="bench-e2e-consumer")
         self.thread.start()
         if not self.ready.wait(15) or self.error:

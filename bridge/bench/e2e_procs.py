@@ -170,11 +170,15 @@ CREDS = {k: os.environ[e] for k, e in (("user", "GLUE_AMQP_USER"), ("password", 
 stats = {"pid": os.getpid(), "received": 0, "accepted": 0, "failed": 0, "subscribed": False, "amqp": False}
 
 
+STATUS_LOCK = threading.Lock()  # three threads write the status: one tmp file, one writer at a time
+
+
 def write_status():
-    tmp = a.status + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(stats, fh)
-    os.replace(tmp, a.status)
+    with STATUS_LOCK:
+        tmp = a.status + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(stats, fh)
+        os.replace(tmp, a.status)
 
 
 def status_loop():

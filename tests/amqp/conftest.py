@@ -38,7 +38,9 @@ class Consumer:
 
     def __init__(self, url: str, prefix: str) -> None:
         from proton.handlers import MessagingHandler
-        from proton.reactor import Container, EventInjector
+        from proton.reactor import EventInjector
+
+        from bridge.amqp.reactor import container
 
         self.prefix = prefix
         self.binding = f"{prefix}.#"
@@ -83,7 +85,7 @@ class Consumer:
                 consumer.ready.set()
 
         self.handler = H()
-        self.container = Container(self.handler)
+        self.container = container(self.handler)
         self.thread = threading.Thread(target=self.container.run, daemon=True, name="test-consumer")
         self.thread.start()
         if not self.ready.wait(15) or self.error:

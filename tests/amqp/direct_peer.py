@@ -19,7 +19,9 @@ from typing import Any
 
 from proton import Message
 from proton.handlers import MessagingHandler
-from proton.reactor import ApplicationEvent, Container, EventInjector
+from proton.reactor import ApplicationEvent, EventInjector
+
+from bridge.amqp.reactor import container
 
 __all__ = ["DirectPeer"]
 
@@ -44,7 +46,7 @@ class DirectPeer(MessagingHandler):
         self.conditions: dict[str, tuple[str, str]] = {}
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.injector = EventInjector()
-        self.container = Container(self)
+        self.container = container(self)
         self.container.allowed_mechs = "ANONYMOUS"
         self.thread = threading.Thread(target=self.container.run, name="direct-peer", daemon=True)
         self.listening = threading.Event()

@@ -28,7 +28,9 @@ import time
 from typing import Any, Callable
 
 from proton import Condition, Delivery, Handler, Link, Message, Terminus
-from proton.reactor import ApplicationEvent, Container, EventInjector
+from proton.reactor import ApplicationEvent, EventInjector
+
+from bridge.amqp.reactor import container
 
 __all__ = ["FakePeer", "free_port"]
 
@@ -207,7 +209,7 @@ class FakePeer:
         self.ready = threading.Event()
         self.injector = EventInjector()
         self.acceptor: Any = None
-        self.container = Container(_Handler(self))
+        self.container = container(_Handler(self))
         self.thread = threading.Thread(target=self.container.run, daemon=True, name="fake-amqp-peer")
 
     def __enter__(self) -> "FakePeer":
