@@ -45,6 +45,7 @@ __all__ = [
     "JobConfig",
     "TapConfig",
     "SparkConfig",
+    "SqlConfig",
     "TablesConfig",
     "conf_dir",
     "load_config",
@@ -293,6 +294,22 @@ class SparkConfig:
 
 
 @dataclass
+class SqlConfig:
+    """The Spark Connect endpoint of ``lakegate run`` / ``lakegate process``
+    (``bridge.sqlserve``): ``lakegate sql``, the notebooks and any Spark
+    Connect client query the tables through it."""
+
+    #: Loopback by default. Any other address needs ``connect_token`` (Spark
+    #: Connect's bearer token; the server has no TLS of its own: put a TLS
+    #: proxy in front of it to leave the host).
+    connect_host: str = "127.0.0.1"
+    #: Spark Connect's usual port; 0 turns the endpoint off.
+    connect_port: int = 15002
+    #: Token a client must present (``sc://host:port/;token=...``); empty: none.
+    connect_token: str = ""
+
+
+@dataclass
 class Config:
     """The effective lakegate configuration."""
 
@@ -306,6 +323,7 @@ class Config:
     tap: TapConfig = field(default_factory=TapConfig)
     job: JobConfig = field(default_factory=JobConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    sql: SqlConfig = field(default_factory=SqlConfig)
     #: dotted key -> where its value came from ("default" when not listed).
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     #: path key -> the directory its relative value is relative to (the
@@ -384,7 +402,7 @@ _POSITIVE = {
     "amqp.downlink_credit",
     "spark.shuffle_partitions",
 }
-_PORTS = {"edge.port", "edge.tls_port"}
+_PORTS = {"edge.port", "edge.tls_port", "sql.connect_port"}
 _SECRET_KEY = re.compile(r"(password|secret|token)", re.I)
 
 
@@ -585,7 +603,21 @@ def load_config(
             raise ConfigError(item, "--set", "expected KEY=VALUE")
         key, text = item.split("=", 1)
         _set(cfg, key.strip(), text, f"--set {key.strip()}", from_text=True)
+    _check_together(cfg)
     return cfg
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _check_together(cfg: Config) -> None:
+    """Rules over more than one key."""
+    sql = cfg.sql
+    if sql.connect_port and sql.connect_host not in _LOOPBACK and not sql.connect_token \
+            and not sql.connect_host.startswith("127."):
+        raise ConfigError("sql.connect_host", cfg.sources.get("sql.connect_host", "default"),
+                          f"{sql.connect_host!r} is not a loopback address: set sql.connect_token too (any client "
+                          "that reaches the port could read every table), or bind 127.0.0.1")
 
 
 def mask_secret(key: str, value: Any) -> Any:

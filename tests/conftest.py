@@ -18,6 +18,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
+# The Spark Connect endpoint of lakegate run / process (bridge.sqlserve) is off in every test's
+# processes unless the test turns it on with a port of its own: two runs (a test's and one
+# still stopping) would otherwise contend for the default 15002.
+os.environ.setdefault("LAKEGATE_SQL_CONNECT_PORT", "0")
+
 RABBITMQ = ("127.0.0.1", int(os.environ.get("RABBITMQ_PORT", "5672")))
 MOSQUITTO = ("127.0.0.1", int(os.environ.get("MOSQUITTO_PORT", "18830")))
 AMQP_URL = f"amqp://guest:guest@{RABBITMQ[0]}:{RABBITMQ[1]}"

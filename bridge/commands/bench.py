@@ -37,6 +37,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "job": ("bridge.bench.job", "the streaming job per micro-batch vs Spark's floor (the same source into a "
                                 "foreachBatch doing toArrow only): wall and CPU p50/p99, where the time goes, "
                                 "the first batch after an idle period"),
+    "sql": ("bridge.bench.sql", "one SQL query from a new client process: through lakegate run's Spark Connect "
+                                "endpoint vs a local Spark session, wall time median and ratio"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }

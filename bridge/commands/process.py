@@ -25,8 +25,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.job.pipeline import run_job, shutdown
     from bridge.spark.session import build_session
 
-    spark = build_session(config, app_name="lakegate-job")  # checks Java first (JavaMissing: exit 2)
+    from bridge.sqlserve import endpoint
+
+    endpoint.check_port(config)  # ConfigError (one line, exit 2) when the SQL endpoint's port is taken
+    spark = build_session(config, app_name="lakegate-job",  # checks Java first (JavaMissing: exit 2)
+                          extra=endpoint.spark_conf(config))
     try:
+        endpoint.install(spark, config)
         # after the session: run_job replaces PySpark's SIGINT handler (which cancels jobs)
         return run_job(spark, config, once=args.once)
     finally:

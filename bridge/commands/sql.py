@@ -100,7 +100,7 @@ def _spark_message(exc: BaseException) -> str:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
-    from bridge.spark.session import build_session
+    from bridge.sqlserve.client import endpoint_gone, one_line_error, open_session
     from bridge.tables.engine import AsOfError, failure_line, make_engine
     from bridge.tables.views import register_views, views_in_query
 
@@ -108,28 +108,42 @@ def run(args: argparse.Namespace, config: Config) -> int:
         # A query tool's stderr stays quiet unless log_level was asked for.
         logging.getLogger("bridge").setLevel(logging.WARNING)
     as_of = _as_of(args.as_of)
-    spark = build_session(config, app_name="lakegate-sql")
+    session = open_session(config, app_name="lakegate-sql")
+    spark = session.spark
+    remote = session.mode == "endpoint"
     try:
         from pyspark.errors import PySparkException
 
         engine = make_engine(config, spark)
+        # the endpoint's session: only the views the query names (each costs a round trip)
+        wanted = views_in_query(args.query) if (as_of is not None or remote) else None
         try:
-            register_views(spark, engine, as_of=as_of, views=views_in_query(args.query) if as_of is not None else None)
+            register_views(spark, engine, as_of=as_of, views=wanted)
         except AsOfError as exc:
             raise UsageError(str(exc)) from None
         except Exception as exc:  # an unreadable table: one line, exit 1 (details with log_level=DEBUG)
             log.debug("sql: reading the tables failed", exc_info=True)
-            print(f"lakegate: sql: cannot read the tables under {config.tables_dir}: {failure_line(engine, exc)}", file=sys.stderr)
+            why = one_line_error(exc) if remote else failure_line(engine, exc)
+            print(f"lakegate: sql: cannot read the tables under {config.tables_dir}: {why}", file=sys.stderr)
             return 1
         try:
             df = spark.sql(args.query)
             if args.limit is not None:
                 df = df.limit(args.limit)
             rows = df.collect()
-        except PySparkException as exc:
+            columns = df.columns
+        except Exception as exc:
+            if remote and endpoint_gone(exc):  # the endpoint went away in the middle: not the query's fault
+                print(f"lakegate: sql: {session.where}: {one_line_error(exc)}", file=sys.stderr)
+                return 1
+            if not isinstance(exc, PySparkException):
+                raise
             # Spark's own message (unknown table or column, syntax), without the JVM stack.
             raise UsageError(f"sql: {_spark_message(exc)}") from None
-        print_rows(df.columns, rows, args.format)
+        print_rows(columns, rows, args.format)
         return 0
     finally:
-        spark.stop()
+        try:
+            session.stop()
+        except Exception:  # an endpoint that went away cannot release the session: nothing left to do
+            log.debug("sql: stopping the session failed", exc_info=True)

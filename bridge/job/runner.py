@@ -188,6 +188,10 @@ class Runner:
             from bridge.javacheck import require_java
 
             require_java()  # JavaMissing (one line, exit 2) before the edge or run.pid exist
+        if own_session:
+            from bridge.sqlserve.endpoint import check_port
+
+            check_port(cfg)  # ConfigError (one line, exit 2): the SQL endpoint's port is taken
         self._handle_signals()
         edge = EdgeThread(cfg)
         pid_file = cfg.data_path / RUN_PID_FILE
@@ -229,8 +233,11 @@ class Runner:
         from bridge.spark.jvm import quiet_accumulator_server
         from bridge.spark.session import build_session
 
-        spark = build_session(self.config, app_name="lakegate-run")
+        from bridge.sqlserve import endpoint
+
+        spark = build_session(self.config, app_name="lakegate-run", extra=endpoint.spark_conf(self.config))
         quiet_accumulator_server(spark)
+        endpoint.install(spark, self.config)
         # Again after the session: PySpark's SparkContext installs its own SIGINT
         # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
         self._handle_signals()

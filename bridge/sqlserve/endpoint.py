@@ -1,0 +1,89 @@
+"""The Spark Connect endpoint inside ``lakegate run`` and ``lakegate process``.
+
+The pyspark wheel carries Spark Connect's server
+(``spark-connect_2.13-*.jar``). :func:`spark_conf` turns it on as a Spark
+plugin of the job's own session (one JVM: the endpoint reads the tables the
+job writes, no second Spark to start), bound to ``sql.connect_host:
+sql.connect_port``; :func:`check_port` says, before the JVM starts, when
+that port is taken (ConfigError; Spark would fail the whole session with a BindException
+stack). :func:`install` puts into the catalog every Connect session shares
+what a client without lakegate's code needs: the SQL function
+``mqtt_match`` (:mod:`bridge.sqlserve.match_sql`).
+
+Each Connect client has a session of its own; the views ``messages``,
+``retained``, ``retained_all``, ``quarantine``, ``retained_versions`` are
+registered in it by :mod:`bridge.sqlserve.client` at the tables' latest
+version (or ``as_of``) each time it connects.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from typing import TYPE_CHECKING
+
+from bridge.config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["PLUGIN", "check_port", "install", "spark_conf", "url"]
+
+log = logging.getLogger(__name__)
+
+#: Spark's plugin that starts the Connect gRPC service with the SparkContext.
+PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+
+def url(config: Config, host: str | None = None) -> str:
+    """``sc://host:port`` (with ``/;token=...`` when a token is set)."""
+    h = host or config.sql.connect_host
+    if h in ("0.0.0.0", "::"):
+        h = "127.0.0.1"
+    base = f"sc://{h}:{config.sql.connect_port}"
+    return f"{base}/;token={config.sql.connect_token}" if config.sql.connect_token else base
+
+
+def spark_conf(config: Config) -> dict[str, str]:
+    """Spark properties that serve the endpoint; empty when ``sql.connect_port`` is 0."""
+    if not config.sql.connect_port:
+        return {}
+    conf = {
+        "spark.plugins": PLUGIN,
+        "spark.connect.grpc.binding.address": config.sql.connect_host,
+        "spark.connect.grpc.binding.port": str(config.sql.connect_port),
+        "spark.connect.grpc.port.maxRetries": "0",  # the port asked for, or a clear failure: never another one
+    }
+    if config.sql.connect_token:
+        conf["spark.connect.authenticate.token"] = config.sql.connect_token
+    return conf
+
+
+def check_port(config: Config) -> None:
+    """Raise ConfigError (one line, exit 2) when the endpoint's port cannot be bound."""
+    if not config.sql.connect_port:
+        return
+    host, port = config.sql.connect_host, config.sql.connect_port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            why = "is in use (another lakegate run or process?)" if exc.errno == errno.EADDRINUSE else \
+                f"cannot be bound: {exc.strerror}"
+            raise ConfigError("sql.connect_port", config.sources.get("sql.connect_port", "default"),
+                              f"{host}:{port} {why}; set sql.connect_port to a free port, or 0 to serve no SQL "
+                              "endpoint") from None
+
+
+def install(spark: "SparkSession", config: Config) -> None:
+    """Catalog objects every Connect session sees (the SQL function ``mqtt_match``)."""
+    if not config.sql.connect_port:
+        return
+    from bridge.sqlserve.match_sql import create_function_sql
+
+    spark.sql(create_function_sql())
+    log.info("sql: Spark Connect endpoint on %s (lakegate sql, notebooks, any Spark Connect client)",
+             url(config).split("/;")[0])
