@@ -1,0 +1,154 @@
+"""The Spark Connect endpoint of a real ``lakegate run`` (bridge.sqlserve):
+queries through it see batches committed after it started, time-travel,
+fail in one line; a generic Spark Connect client sees mqtt_match; with the
+endpoint off ``lakegate sql`` says so and uses a local session; a taken
+port stops ``lakegate run`` in one line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.bench.e2e_procs import Lakegate
+from bridge.config import load_config
+from bridge.sqlserve.client import endpoint_answers, endpoint_gone, one_line_error
+from tests.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+FALLBACK = "starting a local Spark session"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sql(data: Path, port: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LAKEGATE_SQL_CONNECT_PORT": str(port)}
+    return subprocess.run([sys.executable, "-m", "bridge", "sql", "--set", f"data_dir={data}", "--format", "csv",
+                           *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _publish_retained(port: int, topic: str, payload: bytes) -> None:
+    import paho.mqtt.client as mqtt
+
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"sqltest-{topic}", protocol=mqtt.MQTTv311)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    try:
+        c.publish(topic, payload, qos=1, retain=True).wait_for_publish(30)
+    finally:
+        c.loop_stop()
+        c.disconnect()
+
+
+def _retained_version(data: Path) -> int:
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(str(data / "tables" / "retained")).version()
+    except Exception:  # not created yet
+        return -1
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sqlserve")
+    port = _free_port()
+    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp / "data", tmp / "run.log")
+    lg.start(["amqp.url=", f"sql.connect_port={port}"], timeout=120)
+    cfg = load_config(None, [f"data_dir={tmp / 'data'}", f"sql.connect_port={port}"], env={})
+    try:
+        assert wait_for(lambda: endpoint_answers(cfg), timeout=120), lg.tail()
+        assert wait_for(lambda: _retained_version(tmp / "data") >= 1, timeout=120), lg.tail()  # first batch
+        yield lg, tmp / "data", port
+    finally:
+        lg.stop()
+
+
+def test_a_query_through_the_endpoint_sees_a_batch_committed_after_it_started(run):
+    lg, data, port = run
+    before = _sql(data, port, "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/1'")
+    assert before.returncode == 0, before.stderr
+    assert FALLBACK not in before.stderr and before.stdout.split() == ["n", "0"]
+    version = _retained_version(data)
+    _publish_retained(lg.port, "sql/dev/1", b"on")
+    assert wait_for(lambda: _retained_version(data) > version, timeout=60), lg.tail()
+    after = _sql(data, port, "SELECT topic, payload_size, mqtt_match('sql/+/1', topic) AS m FROM retained "
+                             "WHERE topic = 'sql/dev/1'")
+    assert after.returncode == 0, after.stderr
+    assert FALLBACK not in after.stderr
+    assert after.stdout.split() == ["topic,payload_size,m", "sql/dev/1,2,True"]
+
+
+def test_time_travel_through_the_endpoint(run):
+    lg, data, port = run
+    _publish_retained(lg.port, "sql/dev/tt", b"x")
+    assert wait_for(lambda: _sql(data, port, "SELECT count(*) FROM retained WHERE topic = 'sql/dev/tt'")
+                    .stdout.split()[-1:] == ["1"], timeout=60), lg.tail()
+    old = _sql(data, port, "--as-of", "1", "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/tt'")
+    assert old.returncode == 0 and FALLBACK not in old.stderr, old.stderr
+    assert old.stdout.split() == ["n", "0"]
+    versions = _sql(data, port, "SELECT max(version) AS v FROM retained_versions")
+    assert int(versions.stdout.split()[-1]) == _retained_version(data)
+
+
+def test_a_failing_query_through_the_endpoint_is_one_line(run):
+    _lg, data, port = run
+    res = _sql(data, port, "SELECT * FROM no_such_view")
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "TABLE_OR_VIEW_NOT_FOUND" in lines[0], res.stderr
+
+
+def test_any_spark_connect_client_sees_mqtt_match(run):
+    _lg, _data, port = run
+    code = ("from pyspark.sql import SparkSession\n"
+            f"s = SparkSession.builder.remote('sc://127.0.0.1:{port}').getOrCreate()\n"
+            "print(s.sql(\"SELECT mqtt_match('a/+', 'a/b') AS m\").first().m)\n"
+            "s.stop()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-800:]
+    assert res.stdout.split() == ["True"]
+
+
+def test_with_the_endpoint_off_lakegate_sql_says_so_and_answers_from_a_local_session(run, tmp_path):
+    _lg, data, _port = run
+    nobody = _free_port()  # nothing listens here: a run with sql.connect_port=0 serves no endpoint
+    res = _sql(data, nobody, "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/1'", timeout=180)
+    assert res.returncode == 0, res.stderr
+    said = [ln for ln in res.stderr.splitlines() if FALLBACK in ln]
+    assert said == [f"lakegate: no SQL endpoint answers on sc://127.0.0.1:{nobody} (is lakegate run up?); "
+                    f"{FALLBACK}"]
+    assert res.stdout.split()[0] == "n"
+
+
+def test_a_taken_port_stops_lakegate_run_in_one_line(run, tmp_path):
+    _lg, _data, port = run  # the module's run holds it
+    res = subprocess.run([sys.executable, "-m", "bridge", "run", "--set", f"data_dir={tmp_path / 'd'}",
+                          "--set", "edge.port=0", "--set", "amqp.url="],
+                         cwd=ROOT, env={**os.environ, "LAKEGATE_SQL_CONNECT_PORT": str(port)},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert lines == [f"lakegate: config error: sql.connect_port: 127.0.0.1:{port} is in use (another lakegate run or "
+                     "process?); set sql.connect_port to a free port, or 0 to serve no SQL endpoint "
+                     "(from environment LAKEGATE_SQL_CONNECT_PORT)"], res.stderr
+
+
+def test_transport_errors_are_told_apart_from_query_errors():
+    gone = RuntimeError("<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE "
+                        "details = \"failed to connect to all addresses\">")
+    assert endpoint_gone(gone)
+    assert one_line_error(gone).startswith("the endpoint stopped answering")
+    query = RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be found. SQLSTATE: 42P01; line 1 pos 14")
+    assert not endpoint_gone(query)
+    assert one_line_error(query) == "[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be found. SQLSTATE: 42P01"
