@@ -89,6 +89,9 @@ def test_notebook_runs_headless_in_notebooks_dir_and_reads_the_projects_data(pat
     for name in [n for n in os.environ if n.startswith("LAKEGATE_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("LAKEGATE_CONF_DIR", str(project / "conf"))
+    # a local session here (tests/sqlserve runs a notebook through a run's endpoint): whatever
+    # listens on the default port of this machine is not this project's
+    monkeypatch.setenv("LAKEGATE_SQL_CONNECT_PORT", "0")
     before = sorted((ROOT / "notebooks").iterdir())
     nb = nbformat.read(path, as_version=4)
     # Jupyter runs a kernel in the notebook's directory.

@@ -152,3 +152,36 @@ def test_transport_errors_are_told_apart_from_query_errors():
     query = RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be found. SQLSTATE: 42P01; line 1 pos 14")
     assert not endpoint_gone(query)
     assert one_line_error(query) == "[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be found. SQLSTATE: 42P01"
+
+
+def test_a_notebook_queries_through_the_endpoint(run, tmp_path):
+    import json as _json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    _lg, data, port = run
+    kdir = tmp_path / "jupyter" / "kernels" / "python3"
+    kdir.mkdir(parents=True)
+    (kdir / "kernel.json").write_text(_json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "lakegate", "language": "python"}))
+    path = ROOT / "notebooks" / "retained_state.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "LAKEGATE_DATA_DIR": str(data),
+           "LAKEGATE_SQL_CONNECT_PORT": str(port)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    assert f"session sc://127.0.0.1:{port}" in text, text[:2000]
+    assert FALLBACK not in text
