@@ -85,5 +85,32 @@ def install(spark: "SparkSession", config: Config) -> None:
     from bridge.sqlserve.match_sql import create_function_sql
 
     spark.sql(create_function_sql())
+    _delta_views(spark, config)
     log.info("sql: Spark Connect endpoint on %s (lakegate sql, notebooks, any Spark Connect client)",
              url(config).split("/;")[0])
+
+
+#: permanent views over the Delta tables by path, when delta-spark's classes are on the classpath
+DELTA_VIEWS = {
+    "messages": "SELECT * FROM delta.`{messages}`",
+    "retained_all": "SELECT * FROM delta.`{retained}`",
+    "retained": ("SELECT * EXCEPT (deleted) FROM delta.`{retained}` WHERE NOT deleted "
+                 "AND (expires_at IS NULL OR expires_at > current_timestamp())"),
+    "quarantine": "SELECT * FROM delta.`{quarantine}`",
+}
+
+
+def _delta_views(spark: "SparkSession", config: Config) -> None:
+    """With delta-spark, permanent views every Connect session sees (a BI tool included), each
+    reading its table's latest version when a query starts. Without it (the default here: its
+    jars come from Maven Central) a permanent view cannot name the per-version file lists the
+    views are made of, and clients register the views in their own session."""
+    from bridge.spark.session import delta_spark_available
+
+    if not delta_spark_available(spark):
+        log.info("sql: no delta-spark classes: Connect clients register the views in their session "
+                 "(lakegate sql, notebooks: bridge.tables.views.register_views)")
+        return
+    paths = {t: str(config.tables_dir / t).replace("`", "``") for t in ("messages", "retained", "quarantine")}
+    for name, body in DELTA_VIEWS.items():
+        spark.sql(f"CREATE OR REPLACE VIEW default.{name} AS {body.format(**paths)}")
