@@ -46,6 +46,7 @@ __all__ = [
     "TapConfig",
     "SparkConfig",
     "SqlConfig",
+    "MetricsConfig",
     "TablesConfig",
     "conf_dir",
     "load_config",
@@ -310,6 +311,17 @@ class SqlConfig:
 
 
 @dataclass
+class MetricsConfig:
+    """Prometheus ``/metrics`` and ``/healthz`` of ``lakegate run`` (``bridge.metrics``)."""
+
+    host: str = "127.0.0.1"
+    #: 0 turns the endpoint off.
+    port: int = 9883
+    #: /healthz fails when records wait in the log and the last batch is older than this.
+    max_batch_age_s: float = 120.0
+
+
+@dataclass
 class Config:
     """The effective lakegate configuration."""
 
@@ -324,6 +336,7 @@ class Config:
     job: JobConfig = field(default_factory=JobConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: dotted key -> where its value came from ("default" when not listed).
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     #: path key -> the directory its relative value is relative to (the
@@ -399,10 +412,11 @@ _POSITIVE = {
     "edge.retained_cache_bytes",
     "edge.retained_refresh_s",
     "job.max_records_per_trigger",
+    "metrics.max_batch_age_s",
     "amqp.downlink_credit",
     "spark.shuffle_partitions",
 }
-_PORTS = {"edge.port", "edge.tls_port", "sql.connect_port"}
+_PORTS = {"edge.port", "edge.tls_port", "sql.connect_port", "metrics.port"}
 _SECRET_KEY = re.compile(r"(password|secret|token)", re.I)
 
 

@@ -18,10 +18,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
-# The Spark Connect endpoint of lakegate run / process (bridge.sqlserve) is off in every test's
+# The Spark Connect endpoint of lakegate run / process (bridge.sqlserve) and the metrics are off in every test's
 # processes unless the test turns it on with a port of its own: two runs (a test's and one
 # still stopping) would otherwise contend for the default 15002.
 os.environ.setdefault("LAKEGATE_SQL_CONNECT_PORT", "0")
+os.environ.setdefault("LAKEGATE_METRICS_PORT", "0")  # the same for the metrics endpoint
 
 RABBITMQ = ("127.0.0.1", int(os.environ.get("RABBITMQ_PORT", "5672")))
 MOSQUITTO = ("127.0.0.1", int(os.environ.get("MOSQUITTO_PORT", "18830")))

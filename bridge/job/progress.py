@@ -52,6 +52,17 @@ LINES_KEPT = 100
 STATS_KEPT = 100
 
 
+#: data_dir -> the last batch's status written by a listener of this process (with ``totals``)
+_LATEST: dict[str, dict] = {}
+#: callables given each batch's status dict in this process (``bridge.metrics``)
+BATCH_OBSERVERS: list = []
+
+
+def latest_status(data_dir: Path | str) -> dict | None:
+    """The last batch's status a listener of this process wrote for ``data_dir`` (None before one)."""
+    return _LATEST.get(str(data_dir))
+
+
 def lag(end: Mapping[str, int] | None, log_end: Mapping[str, int]) -> int:
     """Records in the log not yet processed: sum over partitions of log end - end offset."""
     end = end or {}
@@ -300,6 +311,12 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         clear_troubles(self.data_dir)  # a batch completed: whatever the forwarders reported is over
         self.failure = None
         self._save(d)
+        _LATEST[str(self.data_dir)] = dict(d)
+        for observe in list(BATCH_OBSERVERS):
+            try:
+                observe(d)
+            except Exception:  # a metrics observer must never fail the batch's bookkeeping
+                log.debug("batch observer failed", exc_info=True)
 
     def _save(self, d: Mapping) -> None:
         tmp = self.data_dir / (STATUS_FILE + ".tmp")

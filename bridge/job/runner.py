@@ -192,12 +192,18 @@ class Runner:
             from bridge.sqlserve.endpoint import check_port
 
             check_port(cfg)  # ConfigError (one line, exit 2): the SQL endpoint's port is taken
+        from bridge.metrics.wiring import metrics_server
+
         self._handle_signals()
         edge = EdgeThread(cfg)
         pid_file = cfg.data_path / RUN_PID_FILE
         wrote_pid = False
+        self._query = None
+        metrics = metrics_server(cfg, edge, self._query_active)  # ConfigError when its port is taken
         try:
             addresses = edge.start()
+            if metrics is not None:
+                metrics.start()
             pid_file.write_text(json.dumps({"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}))
             wrote_pid = True
             shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{h}:{p}" for h, p, tls in addresses)
@@ -218,6 +224,8 @@ class Runner:
             self.spark = spark if spark is not None else self._new_session()
             return self._supervise(self.spark, edge)
         finally:
+            if metrics is not None:
+                metrics.stop()
             edge.stop(cfg.edge.shutdown_grace_s + 10)
             if own_session and self.spark is not None:
                 from bridge.spark.jvm import discard_session, jvm_exit
@@ -228,6 +236,11 @@ class Runner:
                     discard_session(self.spark)
             if wrote_pid:  # not another run's file (a second run on this data_dir fails at edge.start)
                 pid_file.unlink(missing_ok=True)
+
+    def _query_active(self) -> bool:
+        """For /healthz (the metrics thread): is the streaming query running?"""
+        q = self._query
+        return q is not None and self._jvm_died() is None and bool(q.isActive)
 
     def _new_session(self) -> "SparkSession":
         from bridge.spark.jvm import quiet_accumulator_server
@@ -293,7 +306,7 @@ class Runner:
 
         from bridge.job.pipeline import start_query
 
-        query = start_query(self.spark, self.config, stop=self._stop)
+        query = self._query = start_query(self.spark, self.config, stop=self._stop)
         failure: str | None = None
         while not self._stop.is_set() and query.isActive:
             if not edge.alive:

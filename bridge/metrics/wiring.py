@@ -1,0 +1,70 @@
+"""``lakegate run``'s metrics endpoint: the collector and health checks over its parts."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from bridge.config import Config, ConfigError
+from bridge.metrics.collect import LakegateCollector, Metrics
+from bridge.metrics.http import Cached, HealthChecks, MetricsServer
+
+if TYPE_CHECKING:
+    from bridge.job.runner import EdgeThread
+
+__all__ = ["metrics_server"]
+
+
+def metrics_server(config: Config, edge: "EdgeThread", query_running: Callable[[], bool]) -> MetricsServer | None:
+    """Bind ``metrics.host:metrics.port`` (ConfigError, one line, when taken); None when the port is 0.
+    Call ``start()`` on what it returns once the edge runs."""
+    if not config.metrics.port:
+        return None
+    from bridge.job import progress
+    from bridge.job.runner import amqp_reachable
+
+    metrics = Metrics()
+    server_of = lambda: edge.server if edge.alive else None  # noqa: E731
+    log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
+    status_of = lambda: progress.latest_status(config.data_path)  # noqa: E731
+    metrics.attach(LakegateCollector(server_of, log_of, status_of, config.capture_dir))
+    progress.BATCH_OBSERVERS[:] = [metrics.observe_batch]  # one run per process: the newest wins
+
+    health = HealthChecks()
+    health.add("edge", lambda: (edge.alive and edge.error is None and not edge.server.failed,
+                                "accepting connections" if edge.alive else "the edge's thread has stopped"))
+
+    def capture_log() -> tuple[bool, str]:
+        log = log_of()
+        if log is None:
+            return False, "not open"
+        failed = log.failed
+        return (failed is None, "writable" if failed is None else f"failed: {failed}")
+
+    health.add("capture_log", capture_log)
+
+    def job() -> tuple[bool, str]:
+        if not query_running():
+            return False, "the streaming query is not running"
+        st = status_of()
+        if not st:
+            return True, "running, no batch yet"
+        age = time.time() - float(st.get("time", time.time()))
+        lag = st.get("lag", -1)
+        if lag and lag > 0 and age > config.metrics.max_batch_age_s:
+            return False, f"{lag} records wait and the last batch was {age:.0f} s ago"
+        return True, f"last batch {age:.0f} s ago, lag {lag}"
+
+    health.add("job", job)
+    if config.amqp.url:
+        url = config.amqp.url
+        health.add("amqp", Cached(lambda: (amqp_reachable(url), "reachable" if amqp_reachable(url) else
+                                           "the AMQP peer does not accept connections")))
+    try:
+        return MetricsServer(metrics, health, config.metrics.host, config.metrics.port)
+    except OSError as exc:
+        raise ConfigError("metrics.port", config.sources.get("metrics.port", "default"),
+                          f"{config.metrics.host}:{config.metrics.port} cannot be bound ({exc.strerror}); set "
+                          "metrics.port to a free port, or 0 for no metrics endpoint") from None
+
+

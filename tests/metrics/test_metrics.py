@@ -1,0 +1,121 @@
+"""/metrics and /healthz (bridge.metrics): scraped over HTTP from a real
+``lakegate run`` and parsed with prometheus_client's text parser, values
+checked against known traffic; /healthz fails (503) when the capture log
+cannot be written."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import socket
+import types
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bridge.bench.e2e_procs import Lakegate
+from bridge.capture import partition as partition_mod
+from bridge.capture.writer import CaptureLog, CaptureWriteError
+from bridge.config import load_config
+from bridge.metrics.wiring import metrics_server
+from tests.waiting import wait_for
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}" if s.labels else "")
+            out[key] = s.value
+    return out
+
+
+def _health(port: int) -> tuple[int, dict]:
+    try:
+        r = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_metrics_of_a_real_run_count_known_traffic_and_healthz_is_ok(tmp_path):
+    import paho.mqtt.client as mqtt
+
+    port = _free_port()
+    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp_path / "data", tmp_path / "run.log")
+    lg.start(["amqp.url=", f"metrics.port={port}"], timeout=120)
+    try:
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="metrics-test", protocol=mqtt.MQTTv5)
+        c.connect("127.0.0.1", lg.port)
+        c.loop_start()
+        for i in range(20):
+            c.publish(f"metrics/{i}", b"x" * 10, qos=1).wait_for_publish(30)
+        m = _scrape(port)
+        assert m['lakegate_edge_connections{protocol=5}'] == 1
+        assert m['lakegate_edge_connections{protocol=3.1.1}'] == 0
+        assert m["lakegate_capture_appends_total"] >= 21  # CONNECT and the 20 PUBLISHes, each acked once durable
+        assert m["lakegate_capture_writable"] == 1 and m["lakegate_capture_disk_bytes"] > 0
+        c.loop_stop()
+        c.disconnect()
+        assert wait_for(lambda: _scrape(port).get("lakegate_job_rows_total{table=messages}", 0) >= 20,
+                        timeout=90), lg.tail()
+        m = _scrape(port)
+        assert m["lakegate_job_rows_total{table=messages}"] == 20
+        assert m["lakegate_job_batches_total"] >= 1
+        assert m["lakegate_job_batch_duration_seconds_count"] >= 1
+        assert m["lakegate_job_lag_records"] >= 0
+        code, body = _health(port)
+        assert code == 200 and body["status"] == "ok", body
+        assert set(body["checks"]) == {"edge", "capture_log", "job"}  # amqp: forwarding off
+    finally:
+        lg.stop()
+
+
+def test_healthz_fails_when_the_capture_log_cannot_be_written(tmp_path, monkeypatch):
+    cfg = load_config(None, [f"data_dir={tmp_path}", "metrics.port=0", "capture.partitions=1"], env={})
+    log = CaptureLog.open(cfg.capture_dir, cfg.capture)
+    server = types.SimpleNamespace(log=log, failed=None, conns=set(), stats={"connections": 0, "refused": 0})
+    edge = types.SimpleNamespace(server=server, alive=True, error=None)
+    cfg.metrics.port = _free_port()
+    ms = metrics_server(cfg, edge, lambda: True).start()
+    try:
+        code, body = _health(cfg.metrics.port)
+        assert code == 200, body
+
+        def disk_full(fd, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(partition_mod, "write_all", disk_full)
+        with pytest.raises(CaptureWriteError):
+            log.append("c", b"k", b"v").wait(10)
+        code, body = _health(cfg.metrics.port)
+        assert code == 503 and body["status"] == "failing"
+        assert body["checks"]["capture_log"]["ok"] is False
+        assert "No space left on device" in body["checks"]["capture_log"]["detail"]
+        assert _scrape(cfg.metrics.port)["lakegate_capture_writable"] == 0
+    finally:
+        ms.stop()
+        monkeypatch.undo()
+        log.close()
+
+
+def test_a_taken_metrics_port_is_one_config_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        cfg = load_config(None, [f"data_dir={tmp_path}", f"metrics.port={taken}"], env={})
+        from bridge.config import ConfigError
+
+        with pytest.raises(ConfigError, match=rf"metrics.port: 127.0.0.1:{taken} cannot be bound"):
+            metrics_server(cfg, types.SimpleNamespace(), lambda: True)
