@@ -167,6 +167,8 @@ class CaptureLog:
         self._thread: threading.Thread | None = None
         #: counters: appends, commits (group commits), fsyncs, bytes written
         self.stats = {"appends": 0, "commits": 0, "fsyncs": 0, "bytes": 0, "truncated_bytes": 0}
+        #: a bridge.metrics.buckets.Buckets timing each commit's fdatasync calls (None: not timed)
+        self.fsync_latency = None
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -540,8 +542,11 @@ class CaptureLog:
                 if recs:
                     touched.append(p)
                     self._parts[p].write(recs)
+            t_sync = time.monotonic()
             for p in touched:
                 self._parts[p].sync()
+            if self.fsync_latency is not None and touched:
+                self.fsync_latency.observe(time.monotonic() - t_sync)
             self.stats["fsyncs"] += len(touched)
             durable = list(self._durable)
             for p in touched:

@@ -37,6 +37,22 @@ def remote_address(peer) -> str:
     return str(peer) if peer else "-"
 
 
+def count_frames(data: bytes, counts: list[int]) -> None:
+    """Add the MQTT frames ``data`` holds (whole frames, back to back) to ``counts`` by type."""
+    i, n = 0, len(data)
+    while i < n:
+        counts[data[i] >> 4] += 1
+        j, mult, length = i + 1, 1, 0
+        while j < n:  # Remaining Length: up to four 7-bit digits
+            b = data[j]
+            length += (b & 0x7F) * mult
+            j += 1
+            if not b & 0x80:
+                break
+            mult <<= 7
+        i = j + length
+
+
 class Connection(asyncio.Protocol):
     """One client connection: transport, session, ordered outbound queue."""
 
@@ -47,7 +63,8 @@ class Connection(asyncio.Protocol):
         self.session: Session | None = None
         self.conn_id = ""
         self.remote = "-"
-        #: (future or None, (partition, offset) or None, bytes or None, quota or close reason)
+        #: (future or None, (partition, offset) or None, bytes or None, quota or close reason,
+        #:  loop time a QoS 1/2 acknowledgement was queued or 0.0)
         self.queue: collections.deque = collections.deque()
         self.last_fut: Future | None = None
         self.ok_fut: Future | None = None
@@ -64,6 +81,9 @@ class Connection(asyncio.Protocol):
         self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
         self.frames_at = 0  # session.frames_in when partial_since was set
         self.pump_soon = False  # a pump is scheduled (EdgeServer.pump_soon)
+        self.bytes_out = 0
+        #: frames sent by packet type (counted only while the server's metrics are on)
+        self.packets_out = [0] * 16
 
     # ------------------------------------------------------------ asyncio
     def connection_made(self, transport) -> None:
@@ -108,6 +128,14 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     # ------------------------------------------------------------ output
+    def _written(self, items: list[bytes]) -> None:
+        """Count what goes out: bytes always, frames by type while metrics are on."""
+        counts = self.packets_out if self.server.ack_latency is not None else None
+        for data in items:
+            self.bytes_out += len(data)
+            if counts is not None:
+                count_frames(data, counts)
+
     def drain(self) -> None:
         """Write every queued item whose conditions hold, in order."""
         q = self.queue
@@ -119,7 +147,7 @@ class Connection(asyncio.Protocol):
         ok = self.ok_fut
         srv = self.server
         while q:
-            fut, fwd, data, extra = q[0]
+            fut, fwd, data, extra, t0 = q[0]
             if fut is not None and fut is not ok:
                 if not fut.done():
                     if self.watching is not fut:
@@ -141,6 +169,7 @@ class Connection(asyncio.Protocol):
             q.popleft()
             if data is None:  # a Close
                 if out:
+                    self._written(out)
                     transport.write(b"".join(out))
                     out = []
                 q.clear()
@@ -148,7 +177,10 @@ class Connection(asyncio.Protocol):
                 break
             out.append(data)
             quota += extra
+            if t0 and srv.ack_latency is not None:  # a QoS 1/2 acknowledgement, sent now that it is durable
+                srv.ack_latency[data[0] >> 4].observe(srv.loop.time() - t0)  # 16 Buckets, by packet type
         if out:
+            self._written(out)
             transport.write(out[0] if len(out) == 1 else b"".join(out))
         if quota:
             self.session.quota_released(quota)

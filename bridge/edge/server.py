@@ -175,6 +175,13 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self.failed: BaseException | None = None
         self.stopped: asyncio.Event | None = None  # created in start()
         self.stats = {"connections": 0, "refused": 0, "auth_busy": 0}
+        #: counters of connections that ended (bridge.metrics adds the open ones')
+        self.closed_totals = {"bytes_in": 0, "bytes_out": 0, "packets_in": [0] * 16, "packets_out": [0] * 16}
+        #: frames a session was ended for, by rule id
+        self.rejected: dict[str, int] = {}
+        #: QoS 1/2 acknowledgement latency (queued -> written) as 16 bridge.metrics.buckets.Buckets
+        #: by packet type (4 PUBACK, 5 PUBREC); None: metrics off (nothing is timed or counted by type)
+        self.ack_latency: list | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self._watch: dict[Future, list[Connection]] = {}
         self._throttled: set[Connection] = set()
@@ -225,6 +232,10 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         # the event loop releases the GIL at every socket call: appends need
         # not yield it to the capture log's flusher
         self.log.yield_to_flusher = False
+        if self.ack_latency is not None and self.log.fsync_latency is None:  # metrics on
+            from bridge.metrics.buckets import FSYNC_BUCKETS_S, Buckets
+
+            self.log.fsync_latency = Buckets(FSYNC_BUCKETS_S)
         await self._start_retained()
         t0 = time.monotonic()
         end = self.log.next_offsets()
@@ -313,6 +324,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             self.perform(conn, actions)
         conn.queue.clear()
         self._unaccount(conn)
+        self._add_closed(conn, session)
         if conn.timer is not None:
             conn.timer.cancel()
             conn.timer = None
@@ -326,6 +338,18 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                  " tls" if conn.tls else "", session.close_reason or "connection lost",
                  session.frames_in, session.bytes_in)
         del transport
+
+    def _add_closed(self, conn: Connection, session) -> None:
+        """A connection ended: its counters join the server's (metrics)."""
+        tot = self.closed_totals
+        tot["bytes_in"] += session.bytes_in
+        tot["bytes_out"] += conn.bytes_out
+        for i, n in enumerate(session.packets_in):
+            tot["packets_in"][i] += n
+        for i, n in enumerate(conn.packets_out):
+            tot["packets_out"][i] += n
+        if session.rejected_rule is not None:
+            self.rejected[session.rejected_rule] = self.rejected.get(session.rejected_rule, 0) + 1
 
     def _end_client(self, conn: Connection) -> None:
         """Hand the connection's ClientSession back to the store (once)."""
@@ -394,11 +418,11 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                             fwd = (ack.partition, ack.offset)
                         elif f.partition is not None:
                             fwd = (f.partition, f.offset)
-                    q.append((fut, fwd, a.reply, a.quota))
+                    q.append((fut, fwd, a.reply, a.quota, self.loop.time() if self.ack_latency is not None else 0.0))
             elif t is Send:
-                q.append((None, None, a.data, 0))
+                q.append((None, None, a.data, 0, 0.0))
             elif t is Close:
-                q.append((conn.last_fut, None, None, a.reason))
+                q.append((conn.last_fut, None, None, a.reason, 0.0))
             elif t is ConnectRequest:
                 self._connect(conn, a)
                 key = conn.session.key

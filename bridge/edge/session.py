@@ -145,6 +145,10 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         self.client_max_packet: int | None = None
         self.frames_in = 0
         self.bytes_in = 0
+        #: frames received by packet type (index: the fixed header's type, 0-15)
+        self.packets_in = [0] * 16
+        #: the rule id of the frame this session was ended for (None: none)
+        self.rejected_rule: str | None = None
         self._buf = bytearray()
         self._need = 0
         self._connect: Connect | None = None
@@ -236,6 +240,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         decode = decode_packet
         on_publish = self._publish
         frames = 0
+        by_type = self.packets_in
         try:
             while pos < end:
                 state = self.state
@@ -254,6 +259,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                                                            actions)
                         pos += used
                         frames += used >> 2
+                        by_type[4] += used >> 2
                         if pos == run.end():
                             continue
                         # else a PUBACK for a QoS 2 delivery: the single path says so
@@ -262,6 +268,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                         frame = view[pos:pos + 4].tobytes()
                         pos += 4
                         frames += 1
+                        by_type[4] += 1
                         try:
                             self._subscriber_ack(PubAck, pid, 0, frame, actions)
                         except MqttError as err:
@@ -288,6 +295,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                 frame = view[pos:nxt].tobytes()
                 pos = nxt
                 frames += 1
+                by_type[b0 >> 4] += 1
                 try:
                     if type(packet) is Publish:
                         on_publish(packet, frame, actions)
@@ -370,6 +378,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         return h
 
     def _reject_headers(self, err: MqttError, note: str = "") -> list[tuple[str, bytes]]:
+        self.rejected_rule = err.rule
         headers = self._headers or self._base_headers(b"client")
         return headers + [("reject", err.rule.encode()),
                           ("reject_code", str(err.reason_code).encode()),

@@ -243,7 +243,11 @@ class BatchStep:
                     if failures:
                         n = write_unforwardable(self.engine, table, failures, self.app_id, batch_id)
                         stats.forward_unforwardable = n
-                        stats.tables = dataclasses.replace(stats.tables, quarantined=stats.tables.quarantined + n)
+                        by_rule = dict(stats.tables.quarantined_by_rule)
+                        for f in failures:
+                            by_rule[f.rule] = by_rule.get(f.rule, 0) + 1
+                        stats.tables = dataclasses.replace(stats.tables, quarantined=stats.tables.quarantined + n,
+                                                           quarantined_by_rule=tuple(sorted(by_rule.items())))
                         rules = ", ".join(sorted({f.rule for f in failures}))
                         log.warning("batch %d: %d rows not forwardable, quarantined (%s)", batch_id, n, rules)
                     self._mark_processed(last)

@@ -151,7 +151,9 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         self.query = None
         #: totals since this listener started (this job process, across query restarts)
         self.totals = {"batches": 0, "input_rows": 0, "messages": 0, "quarantined": 0, "forwarded": 0,
-                       "forward_expired": 0, "retained_upserts": 0, "retained_deletes": 0}
+                       "forward_expired": 0, "retained_upserts": 0, "retained_deletes": 0,
+                       "forward_unforwardable": 0}
+        self.quarantined_by_rule: dict[str, int] = {}
         self._lock = threading.Lock()
         #: the last LINES_KEPT progress lines
         self.lines: deque[str] = deque(maxlen=LINES_KEPT)
@@ -294,10 +296,15 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
             "quarantined": t.quarantined if t else 0, "messages": t.messages if t else 0,
             "forwarded": st.forwarded if st else 0, "forward_expired": st.forward_expired if st else 0,
             "lag": current_lag, "end_offsets": end, "query_id": str(p.id), "time": time.time(),
+            "forward_unforwardable": st.forward_unforwardable if st else 0,
+            "quarantined_by_rule": dict(t.quarantined_by_rule) if t else {},
         }
         for k in self.totals:
             self.totals[k] += 1 if k == "batches" else int(d.get(k, 0) or 0)
+        for rule, n in d["quarantined_by_rule"].items():
+            self.quarantined_by_rule[rule] = self.quarantined_by_rule.get(rule, 0) + n
         d["totals"] = dict(self.totals)
+        d["totals_quarantined_by_rule"] = dict(self.quarantined_by_rule)
         line = format_line(d)
         self.lines.append(line)
         if self.failure is not None:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from bridge.mqtt.fixed_header import PacketType
 
 __all__ = ["BATCH_BUCKETS_S", "LakegateCollector", "Metrics"]
 
@@ -34,6 +36,49 @@ def _dir_bytes(root: Path) -> int:
             except OSError:  # removed by retention meanwhile
                 pass
     return total
+
+
+def _histogram(name: str, doc: str, series: list[tuple[tuple[str, ...], Any]],
+               labels: tuple[str, ...] = ()) -> HistogramMetricFamily:
+    h = HistogramMetricFamily(name, doc, labels=list(labels))
+    for values, b in series:
+        h.add_metric(list(values), b.cumulative(), sum_value=b.sum)
+    return h
+
+
+def _edge_traffic(server: Any) -> Iterable[Any]:
+    """Bytes and packets in and out by type (open connections plus those that ended), ack
+    latency, frames rejected by rule."""
+    tot = server.closed_totals
+    pin, pout = list(tot["packets_in"]), list(tot["packets_out"])
+    bin_, bout = tot["bytes_in"], tot["bytes_out"]
+    for conn in list(server.conns):
+        session = conn.session
+        if session is not None:
+            bin_ += session.bytes_in
+            for i, n in enumerate(session.packets_in):
+                pin[i] += n
+        bout += conn.bytes_out
+        for i, n in enumerate(conn.packets_out):
+            pout[i] += n
+    for direction, counts, nbytes in (("received", pin, bin_), ("sent", pout, bout)):
+        fam = CounterMetricFamily(f"lakegate_edge_packets_{direction}_total", f"MQTT packets {direction} by type",
+                                  labels=["type"])
+        for t in PacketType:
+            fam.add_metric([t.name], counts[t.value])
+        yield fam
+        yield CounterMetricFamily(f"lakegate_edge_{direction}_bytes_total", f"bytes {direction} on MQTT connections",
+                                  value=nbytes)
+    if server.ack_latency is not None:
+        yield _histogram("lakegate_edge_ack_latency_seconds",
+                         "QoS 1/2 acknowledgement: queued at the PUBLISH until written, once the frame is durable",
+                         [(("1",), server.ack_latency[PacketType.PUBACK]), (("2",), server.ack_latency[PacketType.PUBREC])],
+                         labels=("qos",))
+    rej = CounterMetricFamily("lakegate_edge_rejected_frames_total", "frames a connection was ended for, by rule id",
+                              labels=["rule"])
+    for rule, n in sorted(dict(server.rejected).items()):
+        rej.add_metric([rule], n)
+    yield rej
 
 
 class LakegateCollector:
@@ -61,6 +106,7 @@ class LakegateCollector:
             yield CounterMetricFamily("lakegate_edge_refused_connections_total",
                                       "connections refused (limits, authentication back-pressure)",
                                       value=server.stats.get("refused", 0))
+            yield from _edge_traffic(server)
         log = self.capture()
         if log is not None:
             st = dict(log.stats)
@@ -73,6 +119,9 @@ class LakegateCollector:
                                       value=st.get("bytes", 0))
             yield GaugeMetricFamily("lakegate_capture_writable", "1 while the capture log accepts appends",
                                     value=0 if log.failed is not None else 1)
+            if log.fsync_latency is not None:
+                yield _histogram("lakegate_capture_fsync_seconds", "one group commit's fdatasync calls",
+                                 [((), log.fsync_latency)])
         if self.capture_dir.is_dir():
             yield GaugeMetricFamily("lakegate_capture_disk_bytes", "bytes the capture log holds on disk",
                                     value=_dir_bytes(self.capture_dir))
@@ -89,10 +138,22 @@ class LakegateCollector:
             yield rows
             yield CounterMetricFamily("lakegate_job_forwarded_total", "messages forwarded to AMQP (this process)",
                                       value=totals.get("forwarded", 0))
-            lag = status.get("lag", -1)
-            if lag is not None and lag >= 0:
-                yield GaugeMetricFamily("lakegate_job_lag_records", "capture records not yet in a committed batch",
-                                        value=lag)
+            yield CounterMetricFamily("lakegate_job_forward_failures_total",
+                                      "rows no AMQP message could be made of, or the peer refused for their own "
+                                      "sake (quarantined, never retried; this process)",
+                                      value=totals.get("forward_unforwardable", 0))
+            q = CounterMetricFamily("lakegate_job_quarantined_total", "rows quarantined by rule id (this process)",
+                                    labels=["rule"])
+            for rule, n in sorted((status.get("totals_quarantined_by_rule") or {}).items()):
+                q.add_metric([rule], n)
+            yield q
+            end = status.get("end_offsets") or {}
+            if log is not None:
+                g = GaugeMetricFamily("lakegate_job_lag_records", "capture records after the last batch's end, by "
+                                      "partition", labels=["partition"])
+                for p, n in enumerate(log.next_offsets()):
+                    g.add_metric([str(p)], max(0, int(n) - int(end.get(str(p), 0))))
+                yield g
             if status.get("time"):
                 yield GaugeMetricFamily("lakegate_job_last_batch_age_seconds", "seconds since the last batch",
                                         value=max(0.0, time.time() - float(status["time"])))

@@ -23,6 +23,8 @@ def metrics_server(config: Config, edge: "EdgeThread", query_running: Callable[[
     from bridge.job import progress
     from bridge.job.runner import amqp_reachable
 
+    from bridge.metrics.buckets import ACK_BUCKETS_S, Buckets
+
     metrics = Metrics()
     server_of = lambda: edge.server if edge.alive else None  # noqa: E731
     log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
@@ -61,10 +63,10 @@ def metrics_server(config: Config, edge: "EdgeThread", query_running: Callable[[
         health.add("amqp", Cached(lambda: (amqp_reachable(url), "reachable" if amqp_reachable(url) else
                                            "the AMQP peer does not accept connections")))
     try:
-        return MetricsServer(metrics, health, config.metrics.host, config.metrics.port)
+        server = MetricsServer(metrics, health, config.metrics.host, config.metrics.port)
     except OSError as exc:
         raise ConfigError("metrics.port", config.sources.get("metrics.port", "default"),
                           f"{config.metrics.host}:{config.metrics.port} cannot be bound ({exc.strerror}); set "
                           "metrics.port to a free port, or 0 for no metrics endpoint") from None
-
-
+    edge.server.ack_latency = [Buckets(ACK_BUCKETS_S) for _ in range(16)]  # the edge times acks, counts frames out
+    return server

@@ -18,7 +18,7 @@ from bridge.tables.engine import TableEngine
 from bridge.tables.retained_rule import retained_changes
 from bridge.tables.rows import split_batch, unforwardable_rows
 
-__all__ = ["TableStats", "write_tables", "write_unforwardable"]
+__all__ = ["TableStats", "rule_counts", "write_tables", "write_unforwardable"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,16 @@ class TableStats:
     retained_upserts: int
     retained_deletes: int
     skipped_tables: tuple[str, ...]  # tables that had this batch already (a replay)
+    #: quarantined rows by rule id, ((rule, n), ...)
+    quarantined_by_rule: tuple[tuple[str, int], ...] = ()
+
+
+def rule_counts(quarantine: pa.Table) -> tuple[tuple[str, int], ...]:
+    """((rule, rows), ...) of quarantine rows, by rule id."""
+    if quarantine.num_rows == 0 or "rule" not in quarantine.column_names:
+        return ()
+    vc = quarantine.column("rule").value_counts()
+    return tuple(sorted((str(v["values"]), int(v["counts"])) for v in vc.to_pylist()))
 
 
 def write_tables(engine: TableEngine, frames: pa.Table, app_id: str, batch_id: int,
@@ -50,6 +60,7 @@ def write_tables(engine: TableEngine, frames: pa.Table, app_id: str, batch_id: i
         retained_upserts=merged.upserts,
         retained_deletes=merged.deletes,
         skipped_tables=tuple(skipped),
+        quarantined_by_rule=rule_counts(rows.quarantine),
     )
 
 

@@ -66,7 +66,8 @@ def test_status_file_has_the_batch_the_line_and_totals(listener, tmp_path):
         "retained_deletes": 1, "quarantined": 1, "messages": 9, "forwarded": 8, "forward_expired": 1,
         "lag": 5, "end_offsets": {"0": 20, "1": 4}, "query_id": "q-1"}  # lag: (25 - 20) + (4 - 4)
     assert st["totals"] == {"batches": 1, "input_rows": 10, "messages": 9, "quarantined": 1, "forwarded": 8,
-                            "forward_expired": 1, "retained_upserts": 3, "retained_deletes": 1}
+                            "forward_expired": 1, "retained_upserts": 3, "retained_deletes": 1,
+                            "forward_unforwardable": 0}
     assert list(listener.lines) == [format_line(st)]
     assert not (tmp_path / (STATUS_FILE + ".tmp")).exists()
 
@@ -383,3 +384,25 @@ def test_query_stopped_is_logged_once_whether_or_not_the_bus_delivers_the_end_in
     listener.ended("r-3", timeout=10)  # waits for the bus's line
     late.join()
     assert stopped_lines() == 1
+
+
+def test_quarantined_rows_by_rule_add_up_and_observers_see_each_batch(listener, tmp_path):
+    import dataclasses
+
+    from bridge.job import progress
+
+    seen = []
+    progress.BATCH_OBSERVERS.append(seen.append)
+    try:
+        for batch, by_rule in enumerate([{"MQTT-3.3.1-4": 2}, {"MQTT-3.3.1-4": 1, "MQTT-3.3.2-2": 3}]):
+            st = _stats(batch, 1, quarantined=sum(by_rule.values()))
+            st.tables = dataclasses.replace(st.tables, quarantined_by_rule=tuple(sorted(by_rule.items())))
+            listener.record(st)
+            listener.report(_progress(batch, 1 + sum(by_rule.values())))
+    finally:
+        progress.BATCH_OBSERVERS.remove(seen.append)
+    st = read_status(tmp_path)
+    assert st["quarantined_by_rule"] == {"MQTT-3.3.1-4": 1, "MQTT-3.3.2-2": 3}
+    assert st["totals_quarantined_by_rule"] == {"MQTT-3.3.1-4": 3, "MQTT-3.3.2-2": 3}
+    assert [d["batch_id"] for d in seen] == [0, 1]
+    assert progress.latest_status(tmp_path)["batch_id"] == 1

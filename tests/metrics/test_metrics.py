@@ -69,11 +69,35 @@ def test_metrics_of_a_real_run_count_known_traffic_and_healthz_is_ok(tmp_path):
         c.disconnect()
         assert wait_for(lambda: _scrape(port).get("lakegate_job_rows_total{table=messages}", 0) >= 20,
                         timeout=90), lg.tail()
+        # a frame that breaks a rule: PUBLISH with QoS 3 [MQTT-3.3.1-4] after a valid 3.1.1 CONNECT
+        with socket.create_connection(("127.0.0.1", lg.port), timeout=10) as raw:
+            raw.sendall(bytes([0x10, 13, 0, 4]) + b"MQTT" + bytes([4, 2, 0, 60, 0, 1]) + b"r")
+            assert raw.recv(4) == bytes([0x20, 2, 0, 0])
+            raw.sendall(bytes([0x36, 0x03, 0, 1, 0x61]))
+            assert raw.recv(16) == b""  # closed
+        assert wait_for(lambda: _scrape(port).get("lakegate_edge_rejected_frames_total{rule=MQTT-3.3.1-4}") == 1,
+                        timeout=20)
         m = _scrape(port)
         assert m["lakegate_job_rows_total{table=messages}"] == 20
+        assert m["lakegate_edge_packets_received_total{type=PUBLISH}"] == 20  # decoded ones: the rejected frame is counted by rule
+        assert m["lakegate_edge_packets_received_total{type=CONNECT}"] == 2
+        assert m["lakegate_edge_packets_received_total{type=DISCONNECT}"] == 1
+        assert m["lakegate_edge_packets_sent_total{type=PUBACK}"] == 20
+        assert m["lakegate_edge_packets_sent_total{type=CONNACK}"] == 2
+        assert m["lakegate_edge_ack_latency_seconds_count{qos=1}"] == 20
+        assert m["lakegate_edge_ack_latency_seconds_bucket{le=+Inf,qos=1}"] == 20
+        assert 0 < m["lakegate_edge_ack_latency_seconds_sum{qos=1}"] < 20
+        assert m["lakegate_edge_ack_latency_seconds_count{qos=2}"] == 0
+        assert m["lakegate_capture_fsync_seconds_count"] >= 1
+        assert m["lakegate_edge_received_bytes_total"] > 20 * 10 and m["lakegate_edge_sent_bytes_total"] >= 20 * 4
         assert m["lakegate_job_batches_total"] >= 1
         assert m["lakegate_job_batch_duration_seconds_count"] >= 1
-        assert m["lakegate_job_lag_records"] >= 0
+        assert m["lakegate_job_lag_records{partition=0}"] >= 0
+        assert sum(v for k, v in m.items() if k.startswith("lakegate_job_lag_records{")) >= 0
+        # the rejected frame reaches the quarantine table with its rule
+        assert wait_for(lambda: _scrape(port).get("lakegate_job_quarantined_total{rule=MQTT-3.3.1-4}") == 1,
+                        timeout=90), lg.tail()
+        assert _scrape(port)["lakegate_job_forward_failures_total"] == 0
         code, body = _health(port)
         assert code == 200 and body["status"] == "ok", body
         assert set(body["checks"]) == {"edge", "capture_log", "job"}  # amqp: forwarding off
@@ -84,7 +108,9 @@ def test_metrics_of_a_real_run_count_known_traffic_and_healthz_is_ok(tmp_path):
 def test_healthz_fails_when_the_capture_log_cannot_be_written(tmp_path, monkeypatch):
     cfg = load_config(None, [f"data_dir={tmp_path}", "metrics.port=0", "capture.partitions=1"], env={})
     log = CaptureLog.open(cfg.capture_dir, cfg.capture)
-    server = types.SimpleNamespace(log=log, failed=None, conns=set(), stats={"connections": 0, "refused": 0})
+    server = types.SimpleNamespace(log=log, failed=None, conns=set(), stats={"connections": 0, "refused": 0},
+                                   closed_totals={"bytes_in": 0, "bytes_out": 0, "packets_in": [0] * 16,
+                                                  "packets_out": [0] * 16}, rejected={}, ack_latency=None)
     edge = types.SimpleNamespace(server=server, alive=True, error=None)
     cfg.metrics.port = _free_port()
     ms = metrics_server(cfg, edge, lambda: True).start()
@@ -119,3 +145,22 @@ def test_a_taken_metrics_port_is_one_config_error(tmp_path):
 
         with pytest.raises(ConfigError, match=rf"metrics.port: 127.0.0.1:{taken} cannot be bound"):
             metrics_server(cfg, types.SimpleNamespace(), lambda: True)
+
+
+def test_count_frames_walks_back_to_back_frames_by_type():
+    from bridge.edge.connection import count_frames
+
+    counts = [0] * 16
+    big = bytes([0x30, 0x80, 0x01]) + b"x" * 128  # PUBLISH, Remaining Length 128 in two digits
+    count_frames(bytes([0x40, 2, 0, 1]) + big + bytes([0xD0, 0]) + bytes([0x40, 2, 0, 2]), counts)
+    assert counts[4] == 2 and counts[3] == 1 and counts[13] == 1 and sum(counts) == 4
+
+
+def test_buckets_are_cumulative_with_inf_last():
+    from bridge.metrics.buckets import Buckets
+
+    b = Buckets((0.01, 0.1))
+    for v in (0.005, 0.01, 0.05, 3.0):
+        b.observe(v)
+    assert b.cumulative() == [("0.01", 2), ("0.1", 3), ("+Inf", 4)]
+    assert b.count == 4 and abs(b.sum - 3.065) < 1e-9
