@@ -185,3 +185,38 @@ def test_a_notebook_queries_through_the_endpoint(run, tmp_path):
                      for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert f"session sc://127.0.0.1:{port}" in text, text[:2000]
     assert FALLBACK not in text
+
+
+def test_a_client_whose_endpoint_goes_away_gets_an_error_that_says_so_not_a_hang(tmp_path):
+    """The run stops (its Spark session restarts, or it was killed) while a client holds a
+    session: the next query fails within seconds, and the error is told from a query's."""
+    port = _free_port()
+    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp_path / "data", tmp_path / "run.log")
+    lg.start(["amqp.url=", f"sql.connect_port={port}"], timeout=120)
+    cfg = load_config(None, [f"data_dir={tmp_path / 'data'}", f"sql.connect_port={port}"], env={})
+    code = ("import sys, time\n"
+            "from bridge.config import load_config\n"
+            "from bridge.sqlserve.client import open_session, endpoint_gone, one_line_error\n"
+            f"cfg = load_config(None, ['data_dir={tmp_path / 'data'}', 'sql.connect_port={port}'], env={{}})\n"
+            "s = open_session(cfg, 'test').spark\n"
+            "print(s.sql('SELECT 1 AS x').first().x, flush=True)\n"
+            "sys.stdin.readline()\n"
+            "t0 = time.monotonic()\n"
+            "try:\n"
+            "    s.sql('SELECT 2').collect()\n"
+            "    print('answered')\n"
+            "except Exception as exc:\n"
+            "    print(endpoint_gone(exc), round(time.monotonic() - t0, 1), one_line_error(exc), flush=True)\n")
+    try:
+        assert wait_for(lambda: endpoint_answers(cfg), timeout=120), lg.tail()
+        client = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert client.stdout.readline().strip() == "1"
+        lg.kill()
+        out, err = client.communicate("go\n", timeout=60)
+        gone, took, line = out.strip().split(" ", 2)
+        assert gone == "True", (out, err[-500:])
+        assert float(took) < 15
+        assert line.startswith("the endpoint stopped answering"), line
+    finally:
+        lg.stop()
