@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+from pathlib import Path
 import sys
 from typing import TYPE_CHECKING, Mapping
 
@@ -68,6 +69,17 @@ def _base_conf(config: Config) -> dict[str, str]:
     return conf
 
 
+def _python_path_for_static_sources() -> None:
+    """Spark's lookup of statically registered Python data sources walks the Python
+    workers' ``sys.path`` for ``pyspark_*`` modules: put ``bridge/sqlserve/static_sources``
+    (the SQL endpoint's table sources) on ``PYTHONPATH``; the JVM, started next, hands it
+    to the workers."""
+    where = str(Path(__file__).resolve().parents[1] / "sqlserve" / "static_sources")
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if where not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([where, *parts])
+
+
 def build_session(config: Config, app_name: str | None = None, extra: Mapping[str, str] | None = None) -> "SparkSession":
     """Build (or get) the SparkSession for ``config``.
 
@@ -94,6 +106,7 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         require_java()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        _python_path_for_static_sources()
         builder = SparkSession.builder.master(config.spark.master).appName(name)
         for k, v in {**_base_conf(config), **(extra or {})}.items():
             builder = builder.config(k, v)

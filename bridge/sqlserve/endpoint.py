@@ -8,12 +8,15 @@ sql.connect_port``; :func:`check_port` says, before the JVM starts, when
 that port is taken (ConfigError; Spark would fail the whole session with a BindException
 stack). :func:`install` puts into the catalog every Connect session shares
 what a client without lakegate's code needs: the SQL function
-``mqtt_match`` (:mod:`bridge.sqlserve.match_sql`).
+``mqtt_match`` (:mod:`bridge.sqlserve.match_sql`), the tables ``messages``,
+``retained_all``, ``quarantine``, ``retained_versions`` (Python data sources
+that read the newest Delta version when a query is planned,
+:mod:`bridge.sqlserve.delta_source`) and the view ``retained``.
 
-Each Connect client has a session of its own; the views ``messages``,
-``retained``, ``retained_all``, ``quarantine``, ``retained_versions`` are
-registered in it by :mod:`bridge.sqlserve.client` at the tables' latest
-version (or ``as_of``) each time it connects.
+``lakegate sql`` and the notebooks (:mod:`bridge.sqlserve.client`) register
+their own temporary views over the same tables in their session instead, at
+the tables' latest version (or ``as_of``) when they connect: Spark's Parquet
+reader with column pruning, faster on big tables.
 """
 
 from __future__ import annotations
@@ -46,9 +49,18 @@ def url(config: Config, host: str | None = None) -> str:
 
 
 def spark_conf(config: Config) -> dict[str, str]:
-    """Spark properties that serve the endpoint; empty when ``sql.connect_port`` is 0."""
+    """Spark properties that serve the endpoint; empty when ``sql.connect_port`` is 0.
+
+    Also sets ``LAKEGATE_SQL_TABLES_DIR`` in this process's environment: the JVM started next
+    and its Python workers inherit it, and the endpoint's catalog tables read under it
+    (bridge/sqlserve/delta_source.py: Spark does not pass a catalog table's OPTIONS on)."""
     if not config.sql.connect_port:
         return {}
+    import os
+
+    from bridge.sqlserve.delta_source import TABLES_DIR_ENV
+
+    os.environ[TABLES_DIR_ENV] = str(config.tables_dir)
     conf = {
         "spark.plugins": PLUGIN,
         "spark.connect.grpc.binding.address": config.sql.connect_host,
@@ -101,16 +113,30 @@ DELTA_VIEWS = {
 
 
 def _delta_views(spark: "SparkSession", config: Config) -> None:
-    """With delta-spark, permanent views every Connect session sees (a BI tool included), each
-    reading its table's latest version when a query starts. Without it (the default here: its
-    jars come from Maven Central) a permanent view cannot name the per-version file lists the
-    views are made of, and clients register the views in their own session."""
+    """Permanent views every Connect session sees (a BI tool included), each reading its
+    table's latest version when a query starts: over ``delta.`path``` with delta-spark, else
+    over catalog tables of the ``lakegate_table`` data source (:func:`_lakegate_tables`)."""
     from bridge.spark.session import delta_spark_available
 
     if not delta_spark_available(spark):
-        log.info("sql: no delta-spark classes: Connect clients register the views in their session "
-                 "(lakegate sql, notebooks: bridge.tables.views.register_views)")
+        _lakegate_tables(spark, config)
         return
     paths = {t: str(config.tables_dir / t).replace("`", "``") for t in ("messages", "retained", "quarantine")}
     for name, body in DELTA_VIEWS.items():
         spark.sql(f"CREATE OR REPLACE VIEW default.{name} AS {body.format(**paths)}")
+
+
+RETAINED_VIEW = ("SELECT * EXCEPT (deleted) FROM default.retained_all WHERE NOT deleted "
+                 "AND (expires_at IS NULL OR expires_at > current_timestamp())")
+
+
+def _lakegate_tables(spark: "SparkSession", config: Config) -> None:
+    """Catalog tables ``USING lakegate_table`` (bridge/sqlserve/delta_source.py) and the view
+    ``retained``: in the catalog every Connect session shares, read at the newest version
+    when each query is planned."""
+    from bridge.sqlserve.delta_source import FIXED
+
+    for name in FIXED:
+        spark.sql(f"DROP TABLE IF EXISTS default.{name}")
+        spark.sql(f"CREATE TABLE default.{name} USING lakegate_{name}")
+    spark.sql(f"CREATE OR REPLACE VIEW default.retained AS {RETAINED_VIEW}")

@@ -93,7 +93,9 @@ def test_process_once_then_status_shows_the_batch_and_the_lag_now(rabbitmq, tmp_
     st = read_status(tmp_path)
     assert st["batch_id"] == 0 and st["input_rows"] == 10 and st["messages"] == 9
     assert st["totals"] == {"batches": 1, "input_rows": 10, "messages": 9, "quarantined": 1, "forwarded": 9,
-                            "forward_expired": 0, "retained_upserts": 2, "retained_deletes": 1}
+                            "forward_expired": 0, "retained_upserts": 2, "retained_deletes": 1,
+                            "forward_unforwardable": 0}
+    assert st["quarantined_by_rule"] == st["totals_quarantined_by_rule"] and sum(st["quarantined_by_rule"].values()) == 1
     log_end = {str(p): n for p, n in enumerate(_durable(cfg))}
     assert st["end_offsets"] == log_end and st["lag"] == 0
 

@@ -109,15 +109,49 @@ def test_a_failing_query_through_the_endpoint_is_one_line(run):
     assert len(lines) == 1 and "TABLE_OR_VIEW_NOT_FOUND" in lines[0], res.stderr
 
 
-def test_any_spark_connect_client_sees_mqtt_match(run):
-    _lg, _data, port = run
-    code = ("from pyspark.sql import SparkSession\n"
-            f"s = SparkSession.builder.remote('sc://127.0.0.1:{port}').getOrCreate()\n"
-            "print(s.sql(\"SELECT mqtt_match('a/+', 'a/b') AS m\").first().m)\n"
-            "s.stop()\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-800:]
-    assert res.stdout.split() == ["True"]
+_GENERIC = """
+import sys
+from pyspark.sql import SparkSession
+s = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+for q in sys.argv[2:]:
+    print("|".join(str(v) for v in s.sql(q).first()), flush=True)
+s.stop()
+"""
+
+
+def _generic_client(port: int, *queries: str) -> list[str]:
+    """A Spark Connect client with no lakegate code in it (what a BI tool sends)."""
+    res = subprocess.run([sys.executable, "-c", _GENERIC, f"sc://127.0.0.1:{port}", *queries],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    assert res.returncode == 0, res.stderr[-1500:]
+    return res.stdout.split("\n")[:-1]
+
+
+def test_any_spark_connect_client_sees_the_views_at_the_latest_version_and_mqtt_match(run):
+    lg, data, port = run
+    assert _generic_client(port, "SELECT mqtt_match('a/+', 'a/b')") == ["True"]
+    before = _generic_client(port, "SELECT count(*) FROM retained WHERE topic = 'sql/generic'")
+    assert before == ["0"]
+    version = _retained_version(data)
+    _publish_retained(lg.port, "sql/generic", b"abc")
+    assert wait_for(lambda: _retained_version(data) > version, timeout=60), lg.tail()
+    got = _generic_client(port, "SELECT count(*), max(payload_size) FROM retained WHERE topic = 'sql/generic'",
+                          "SELECT count(*) FROM messages WHERE topic = 'sql/generic'",
+                          "SELECT count(*) FROM retained_all WHERE topic = 'sql/generic'",
+                          "SELECT max(version) FROM retained_versions",
+                          "SELECT count(*) FROM quarantine WHERE rule IS NULL")
+    assert got[:3] == ["1|3", "1", "1"]
+    assert int(got[3]) == _retained_version(data)
+    assert got[4] == "0"
+    # time travel without lakegate's code: the lakegate_table data source, by options
+    old = subprocess.run([sys.executable, "-c", (
+        "import sys\nfrom pyspark.sql import SparkSession\n"
+        f"s = SparkSession.builder.remote('sc://127.0.0.1:{port}').getOrCreate()\n"
+        f"df = s.read.format('lakegate_table').option('delta_dir', {str(data / 'tables' / 'retained')!r})"
+        f".option('table', 'retained').option('version', '{version}').load()\n"
+        "print(df.where(\"topic = 'sql/generic'\").count())\n")], capture_output=True, text=True, timeout=120, cwd="/")
+    assert old.returncode == 0, old.stderr[-1500:]
+    assert old.stdout.split() == ["0"]
 
 
 def test_with_the_endpoint_off_lakegate_sql_says_so_and_answers_from_a_local_session(run, tmp_path):
