@@ -49,17 +49,14 @@ class SqlSession:
         self.spark.stop()
 
 
-def _probe_host(config: Config) -> str:
-    h = config.sql.connect_host
-    return "127.0.0.1" if h in ("0.0.0.0", "") else ("::1" if h == "::" else h)
-
-
 def endpoint_answers(config: Config, timeout_s: float = 0.5) -> bool:
     """True when something accepts connections on the endpoint's port."""
+    from bridge.sqlserve.endpoint import client_host
+
     if not config.sql.connect_port:
         return False
     try:
-        with socket.create_connection((_probe_host(config), config.sql.connect_port), timeout=timeout_s):
+        with socket.create_connection((client_host(config), config.sql.connect_port), timeout=timeout_s):
             return True
     except OSError:
         return False
@@ -71,7 +68,7 @@ def _remote(config: Config) -> "SparkSession":
 
     from bridge.sqlserve.endpoint import url
 
-    spark = SparkSession.builder.remote(url(config, _probe_host(config))).getOrCreate()
+    spark = SparkSession.builder.remote(url(config)).getOrCreate()
     spark.client.set_retry_policies([DefaultPolicy(**RETRY)])
     return spark
 
@@ -82,7 +79,7 @@ def open_session(config: Config, app_name: str, say: Callable[[str], None] | Non
     from bridge.sqlserve.endpoint import url
 
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    shown = url(config, _probe_host(config)).split("/;")[0]
+    shown = url(config).split("/;")[0]
     if endpoint_answers(config, probe_timeout_s):
         try:
             return SqlSession(_remote(config), "endpoint", shown)

@@ -31,7 +31,7 @@ from bridge.config import Config, ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PLUGIN", "check_port", "install", "spark_conf", "url"]
+__all__ = ["PLUGIN", "check_port", "client_host", "install", "spark_conf", "url"]
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,15 @@ log = logging.getLogger(__name__)
 PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
-def url(config: Config, host: str | None = None) -> str:
-    """``sc://host:port`` (with ``/;token=...`` when a token is set)."""
-    h = host or config.sql.connect_host
-    if h in ("0.0.0.0", "::"):
-        h = "127.0.0.1"
-    base = f"sc://{h}:{config.sql.connect_port}"
+def client_host(config: Config) -> str:
+    """The address a client on this host dials (a wildcard bind is reached on loopback)."""
+    h = config.sql.connect_host
+    return {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(h, h)
+
+
+def url(config: Config) -> str:
+    """``sc://host:port`` a client on this host dials (with ``/;token=...`` when a token is set)."""
+    base = f"sc://{client_host(config)}:{config.sql.connect_port}"
     return f"{base}/;token={config.sql.connect_token}" if config.sql.connect_token else base
 
 

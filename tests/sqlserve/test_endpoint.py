@@ -254,3 +254,14 @@ def test_a_client_whose_endpoint_goes_away_gets_an_error_that_says_so_not_a_hang
         assert line.startswith("the endpoint stopped answering"), line
     finally:
         lg.stop()
+
+
+def test_a_wildcard_bind_is_dialled_on_loopback_with_the_token():
+    from bridge.sqlserve.endpoint import spark_conf, url
+
+    cfg = load_config(None, ["sql.connect_host=0.0.0.0", "sql.connect_token=s3cret", "sql.connect_port=15099"], env={})
+    assert url(cfg) == "sc://127.0.0.1:15099/;token=s3cret"
+    conf = spark_conf(cfg)
+    assert conf["spark.connect.grpc.binding.address"] == "0.0.0.0"
+    assert conf["spark.connect.authenticate.token"] == "s3cret"
+    assert spark_conf(load_config(None, ["sql.connect_port=0"], env={})) == {}
