@@ -27,12 +27,21 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     from bridge.sqlserve import endpoint
 
+    from bridge.metrics.wiring import metrics_server
+
     endpoint.check_port(config)  # ConfigError (one line, exit 2) when the SQL endpoint's port is taken
     spark = build_session(config, app_name="lakegate-job",  # checks Java first (JavaMissing: exit 2)
                           extra=endpoint.spark_conf(config))
+    metrics = None
     try:
+        # the job alone: its metrics and /healthz (no edge); ConfigError when the port is taken
+        metrics = metrics_server(config, None, lambda: any(q.isActive for q in spark.streams.active))
+        if metrics is not None:
+            metrics.start()
         endpoint.install(spark, config)
         # after the session: run_job replaces PySpark's SIGINT handler (which cancels jobs)
         return run_job(spark, config, once=args.once)
     finally:
+        if metrics is not None:
+            metrics.stop()
         shutdown(spark)

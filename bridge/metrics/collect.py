@@ -38,6 +38,17 @@ def _dir_bytes(root: Path) -> int:
     return total
 
 
+def _snapshot(items: Any) -> list:
+    """``list(items)`` of a set the edge's event loop may change meanwhile (a scrape runs on its own
+    thread): copying can meet a change in the middle; try again, it is short."""
+    for _ in range(10):
+        try:
+            return list(items)
+        except RuntimeError:  # "Set changed size during iteration"
+            continue
+    return []
+
+
 def _histogram(name: str, doc: str, series: list[tuple[tuple[str, ...], Any]],
                labels: tuple[str, ...] = ()) -> HistogramMetricFamily:
     h = HistogramMetricFamily(name, doc, labels=list(labels))
@@ -52,7 +63,7 @@ def _edge_traffic(server: Any) -> Iterable[Any]:
     tot = server.closed_totals
     pin, pout = list(tot["packets_in"]), list(tot["packets_out"])
     bin_, bout = tot["bytes_in"], tot["bytes_out"]
-    for conn in list(server.conns):
+    for conn in _snapshot(server.conns):
         session = conn.session
         if session is not None:
             bin_ += session.bytes_in
@@ -85,14 +96,16 @@ class LakegateCollector:
     """A prometheus_client collector over the edge, the capture log and the job's totals."""
 
     def __init__(self, edge: Callable[[], Any], capture: Callable[[], Any], job: Callable[[], dict | None],
-                 capture_dir: Path) -> None:
+                 capture_dir: Path, log_end: Callable[[], list[int] | None] | None = None) -> None:
         self.edge, self.capture, self.job, self.capture_dir = edge, capture, job, capture_dir
+        #: the capture log's end offsets per partition (None: unknown)
+        self.log_end = log_end or (lambda: self.capture().next_offsets() if self.capture() is not None else None)
 
     def collect(self) -> Iterable[Any]:
         server = self.edge()
         if server is not None:
             by_version: dict[str, int] = {v: 0 for v in _VERSION.values()}
-            for conn in list(server.conns):
+            for conn in _snapshot(server.conns):
                 level = getattr(getattr(conn, "session", None), "level", None)  # set by the CONNECT
                 if level in _VERSION:
                     by_version[_VERSION[level]] += 1
@@ -148,10 +161,11 @@ class LakegateCollector:
                 q.add_metric([rule], n)
             yield q
             end = status.get("end_offsets") or {}
-            if log is not None:
+            log_end = self.log_end()
+            if log_end is not None:
                 g = GaugeMetricFamily("lakegate_job_lag_records", "capture records after the last batch's end, by "
                                       "partition", labels=["partition"])
-                for p, n in enumerate(log.next_offsets()):
+                for p, n in enumerate(log_end):
                     g.add_metric([str(p)], max(0, int(n) - int(end.get(str(p), 0))))
                 yield g
             if status.get("time"):

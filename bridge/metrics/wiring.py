@@ -15,35 +15,48 @@ if TYPE_CHECKING:
 __all__ = ["metrics_server"]
 
 
-def metrics_server(config: Config, edge: "EdgeThread", query_running: Callable[[], bool]) -> MetricsServer | None:
+def metrics_server(config: Config, edge: "EdgeThread | None", query_running: Callable[[], bool]) -> MetricsServer | None:
     """Bind ``metrics.host:metrics.port`` (ConfigError, one line, when taken); None when the port is 0.
-    Call ``start()`` on what it returns once the edge runs."""
+    ``edge``: None for ``lakegate process`` (the job alone: its metrics, the capture log's end read
+    from its files). Call ``start()`` on what it returns once the parts run."""
     if not config.metrics.port:
         return None
     from bridge.job import progress
     from bridge.job.runner import amqp_reachable
-
     from bridge.metrics.buckets import ACK_BUCKETS_S, Buckets
 
     metrics = Metrics()
-    server_of = lambda: edge.server if edge.alive else None  # noqa: E731
-    log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
+    if edge is not None:
+        server_of = lambda: edge.server if edge.alive else None  # noqa: E731
+        log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
+        log_end = lambda: (log_of().next_offsets() if log_of() is not None else None)  # noqa: E731
+    else:
+        from bridge.capture.reader import LogReader
+
+        server_of = log_of = lambda: None  # noqa: E731
+
+        def log_end() -> list[int] | None:
+            try:
+                return LogReader(config.capture_dir).durable_offsets()
+            except Exception:  # no log yet, or one being created
+                return None
     status_of = lambda: progress.latest_status(config.data_path)  # noqa: E731
-    metrics.attach(LakegateCollector(server_of, log_of, status_of, config.capture_dir))
+    metrics.attach(LakegateCollector(server_of, log_of, status_of, config.capture_dir, log_end))
     progress.BATCH_OBSERVERS[:] = [metrics.observe_batch]  # one run per process: the newest wins
 
     health = HealthChecks()
-    health.add("edge", lambda: (edge.alive and edge.error is None and not edge.server.failed,
-                                "accepting connections" if edge.alive else "the edge's thread has stopped"))
+    if edge is not None:
+        health.add("edge", lambda: (edge.alive and edge.error is None and not edge.server.failed,
+                                    "accepting connections" if edge.alive else "the edge's thread has stopped"))
 
-    def capture_log() -> tuple[bool, str]:
-        log = log_of()
-        if log is None:
-            return False, "not open"
-        failed = log.failed
-        return (failed is None, "writable" if failed is None else f"failed: {failed}")
+        def capture_log() -> tuple[bool, str]:
+            log = log_of()
+            if log is None:
+                return False, "not open"
+            failed = log.failed
+            return (failed is None, "writable" if failed is None else f"failed: {failed}")
 
-    health.add("capture_log", capture_log)
+        health.add("capture_log", capture_log)
 
     def job() -> tuple[bool, str]:
         if not query_running():
@@ -60,13 +73,18 @@ def metrics_server(config: Config, edge: "EdgeThread", query_running: Callable[[
     health.add("job", job)
     if config.amqp.url:
         url = config.amqp.url
-        health.add("amqp", Cached(lambda: (amqp_reachable(url), "reachable" if amqp_reachable(url) else
-                                           "the AMQP peer does not accept connections")))
+
+        def amqp() -> tuple[bool, str]:
+            ok = amqp_reachable(url)
+            return ok, "reachable" if ok else "the AMQP peer does not accept connections"
+
+        health.add("amqp", Cached(amqp))
     try:
         server = MetricsServer(metrics, health, config.metrics.host, config.metrics.port)
     except OSError as exc:
         raise ConfigError("metrics.port", config.sources.get("metrics.port", "default"),
                           f"{config.metrics.host}:{config.metrics.port} cannot be bound ({exc.strerror}); set "
                           "metrics.port to a free port, or 0 for no metrics endpoint") from None
-    edge.server.ack_latency = [Buckets(ACK_BUCKETS_S) for _ in range(16)]  # the edge times acks, counts frames out
+    if edge is not None:
+        edge.server.ack_latency = [Buckets(ACK_BUCKETS_S) for _ in range(16)]  # the edge times acks, counts frames out
     return server

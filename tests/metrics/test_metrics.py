@@ -164,3 +164,40 @@ def test_buckets_are_cumulative_with_inf_last():
         b.observe(v)
     assert b.cumulative() == [("0.01", 2), ("0.1", 3), ("+Inf", 4)]
     assert b.count == 4 and abs(b.sum - 3.065) < 1e-9
+
+
+def test_the_job_alone_shows_its_lag_per_partition_and_healthz_fails_when_records_wait_too_long(tmp_path):
+    """lakegate process (no edge): lag from the capture log's files; an old last batch with records
+    waiting fails /healthz, an old batch with nothing waiting (an idle job) does not."""
+    import time
+
+    from bridge.job import progress
+
+    cfg = load_config(None, [f"data_dir={tmp_path}", "capture.partitions=2", "metrics.max_batch_age_s=30", "amqp.url="],
+                      env={})
+    log = CaptureLog.open(cfg.capture_dir, cfg.capture)
+    try:
+        for i in range(5):
+            log.append("c", b"k%d" % i, b"v").wait(10)
+        ends = log.next_offsets()
+    finally:
+        log.close()
+    cfg.metrics.port = _free_port()
+    idle = {"batch_id": 3, "lag": 0, "end_offsets": {str(p): n for p, n in enumerate(ends)},
+            "time": time.time() - 600, "totals": {"batches": 4}, "duration_ms": 120}
+    progress._LATEST[str(cfg.data_path)] = idle
+    ms = metrics_server(cfg, None, lambda: True).start()
+    try:
+        m = _scrape(cfg.metrics.port)
+        assert sum(v for k, v in m.items() if k.startswith("lakegate_job_lag_records{")) == 0
+        assert "lakegate_edge_accepted_connections_total" not in m  # no edge in this process
+        code, body = _health(cfg.metrics.port)
+        assert code == 200 and set(body["checks"]) == {"job"}, body  # idle: no batch needed
+        progress._LATEST[str(cfg.data_path)] = {**idle, "lag": 5, "end_offsets": {"0": 0, "1": 0}}
+        m = _scrape(cfg.metrics.port)
+        assert sum(v for k, v in m.items() if k.startswith("lakegate_job_lag_records{")) == 5
+        code, body = _health(cfg.metrics.port)
+        assert code == 503 and "5 records wait" in body["checks"]["job"]["detail"], body
+    finally:
+        ms.stop()
+        progress._LATEST.pop(str(cfg.data_path), None)
