@@ -205,7 +205,7 @@ def _start_edge(url: str, run_id: str, data_dir, timeout: float) -> tuple:
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "bridge", "edge", "--port", "0",
+    cmd = [sys.executable, "-m", "bridge", "edge", "--port", "0", "--set", "metrics.port=0",
            "--set", f"data_dir={data_dir}", "--set", f"amqp.url={url}",
            "--set", "amqp.downlink=true", "--set", "amqp.client_address_template=",
            "--set", f"amqp.downlink_topic_address=/topic/{run_id}.#", "--set", "log_level=INFO"]

@@ -59,7 +59,9 @@ class Lakegate:
         self.log_from = 0  # where this incarnation's lines start in the log file
 
     def sets(self, extra: list[str]) -> list[str]:
-        return ["log_level=INFO", *self.base, f"data_dir={self.data_dir}", "edge.port=0",
+        # the SQL endpoint and metrics off unless asked (no clash with a run of yours on their ports)
+        return ["log_level=INFO", "sql.connect_port=0", "metrics.port=0", *self.base, f"data_dir={self.data_dir}",
+                "edge.port=0",
                 "edge.host=127.0.0.1", *extra]
 
     def config(self, extra: list[str] = ()) -> Config:

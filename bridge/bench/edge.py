@@ -346,7 +346,7 @@ def start_edge(args: argparse.Namespace, data_dir: Path,
     ``profile``, under ``python -m cProfile -o PROFILE`` (written when the
     edge stops)."""
     cmd = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []),
-           "-m", "bridge", "edge", "--port", "0"]
+           "-m", "bridge", "edge", "--port", "0", "--set", "metrics.port=0"]  # no clash with a run of yours
     if getattr(args, "config", None):
         cmd += ["--config", args.config]
     for item in getattr(args, "overrides", None) or []:

@@ -33,8 +33,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
 async def _serve(config: Config) -> int:
     from bridge.edge.server import EdgeServer
 
+    from bridge.metrics.wiring import EdgeRef, metrics_server
+
     server = EdgeServer(config)
+    metrics = metrics_server(config, EdgeRef(server), None)  # ConfigError (one line) when its port is taken
     await server.start()
+    if metrics is not None:
+        metrics.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)
@@ -45,6 +50,8 @@ async def _serve(config: Config) -> int:
         await server.serve_until_stopped()
     finally:
         await server.shutdown()
+        if metrics is not None:
+            metrics.stop()
     if server.failed is not None:
         print(f"lakegate: edge stopped: capture log failed: {server.failed}", file=sys.stderr)
         return 1

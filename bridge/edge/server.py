@@ -566,6 +566,11 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         """Wait until :meth:`stop` is called or the capture log fails."""
         await self.stopped.wait()
 
+    @property
+    def stopping(self) -> bool:
+        """True once stop() was called (no new connections)."""
+        return self._stopping
+
     def stop(self) -> None:
         """Ask :meth:`serve_until_stopped` to return (thread-safe via the loop)."""
         self.stopped.set()

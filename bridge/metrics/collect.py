@@ -176,10 +176,11 @@ class LakegateCollector:
 class Metrics:
     """The registry ``/metrics`` serves: the collector plus the batch duration histogram."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: bool = True) -> None:
+        """``job``: this process runs the streaming job (else no job metrics at all)."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.batch_duration = Histogram("lakegate_job_batch_duration_seconds", "micro-batch wall time",
-                                        buckets=BATCH_BUCKETS_S, registry=self.registry)
+                                        buckets=BATCH_BUCKETS_S, registry=self.registry) if job else None
         self._lock = threading.Lock()
         self._collector: LakegateCollector | None = None
 
@@ -192,5 +193,5 @@ class Metrics:
     def observe_batch(self, status: dict) -> None:
         """Called by the job's progress listener once per batch."""
         ms = status.get("duration_ms")
-        if ms is not None:
+        if ms is not None and self.batch_duration is not None:
             self.batch_duration.observe(ms / 1000.0)

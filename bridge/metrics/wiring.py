@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from bridge.config import Config, ConfigError
 from bridge.metrics.collect import LakegateCollector, Metrics
@@ -12,20 +12,34 @@ from bridge.metrics.http import Cached, HealthChecks, MetricsServer
 if TYPE_CHECKING:
     from bridge.job.runner import EdgeThread
 
-__all__ = ["metrics_server"]
+__all__ = ["EdgeRef", "metrics_server"]
 
 
-def metrics_server(config: Config, edge: "EdgeThread | None", query_running: Callable[[], bool]) -> MetricsServer | None:
+class EdgeRef:
+    """An EdgeServer run on this thread's event loop (``lakegate edge``), seen as an EdgeThread."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.error = None
+
+    @property
+    def alive(self) -> bool:
+        return not self.server.stopping
+
+
+def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
+                   query_running: Callable[[], bool] | None) -> MetricsServer | None:
     """Bind ``metrics.host:metrics.port`` (ConfigError, one line, when taken); None when the port is 0.
     ``edge``: None for ``lakegate process`` (the job alone: its metrics, the capture log's end read
-    from its files). Call ``start()`` on what it returns once the parts run."""
+    from its files); ``query_running``: None for ``lakegate edge`` (no job: no job check). Call
+    ``start()`` on what it returns once the parts run."""
     if not config.metrics.port:
         return None
     from bridge.job import progress
     from bridge.job.runner import amqp_reachable
     from bridge.metrics.buckets import ACK_BUCKETS_S, Buckets
 
-    metrics = Metrics()
+    metrics = Metrics(job=query_running is not None)
     if edge is not None:
         server_of = lambda: edge.server if edge.alive else None  # noqa: E731
         log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
@@ -70,8 +84,9 @@ def metrics_server(config: Config, edge: "EdgeThread | None", query_running: Cal
             return False, f"{lag} records wait and the last batch was {age:.0f} s ago"
         return True, f"last batch {age:.0f} s ago, lag {lag}"
 
-    health.add("job", job)
-    if config.amqp.url:
+    if query_running is not None:
+        health.add("job", job)
+    if config.amqp.url and (query_running is not None or config.amqp.downlink):  # this process talks AMQP
         url = config.amqp.url
 
         def amqp() -> tuple[bool, str]:

@@ -201,3 +201,36 @@ def test_the_job_alone_shows_its_lag_per_partition_and_healthz_fails_when_record
     finally:
         ms.stop()
         progress._LATEST.pop(str(cfg.data_path), None)
+
+
+def test_lakegate_edge_alone_serves_its_metrics(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "edge", "--port", "0", "--set", f"data_dir={tmp_path}",
+                             "--set", f"metrics.port={port}", "--set", "amqp.url="], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "lakegate edge listening on mqtt://" in line, proc.stderr.read() if proc.poll() is not None else line
+        edge_port = int(line.split("mqtt://", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", edge_port), timeout=10) as raw:
+            raw.sendall(bytes([0x10, 13, 0, 4]) + b"MQTT" + bytes([4, 2, 0, 60, 0, 1]) + b"e")
+            assert raw.recv(4) == bytes([0x20, 2, 0, 0])
+            raw.sendall(bytes([0x32, 6, 0, 1]) + b"t" + bytes([0, 1]) + b"x")  # QoS 1 PUBLISH, id 1
+            assert raw.recv(4) == bytes([0x40, 2, 0, 1])
+            m = _scrape(port)
+            assert m["lakegate_edge_connections{protocol=3.1.1}"] == 1
+            assert m["lakegate_edge_packets_received_total{type=PUBLISH}"] == 1
+            assert m["lakegate_edge_ack_latency_seconds_count{qos=1}"] == 1
+            assert not any(k.startswith("lakegate_job_") for k in m)  # no job in this process
+        code, body = _health(port)
+        assert code == 200 and set(body["checks"]) == {"edge", "capture_log"}, body
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        proc.stdout.close()
+        proc.stderr.close()
