@@ -47,6 +47,17 @@ def _schema_ddl(table: str) -> str:
     return TABLES[table]
 
 
+def _local(table_dir: str, path: str) -> str:
+    """A data file's local path: the Delta log's relative path is a percent-encoded URI
+    reference (a space is %20), joined to the table's directory as the file system spells it."""
+    import os
+    from urllib.parse import unquote, urlsplit
+
+    if "://" in path:
+        return unquote(urlsplit(path).path)
+    return os.path.join(table_dir, unquote(path))
+
+
 class _File(InputPartition):
     def __init__(self, uri: str, partition_values: dict[str, Any]) -> None:
         super().__init__(uri)
@@ -80,10 +91,9 @@ class _Reader(DataSourceReader):
             import pyarrow as pa
 
             actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()  # arro3 -> pyarrow
-            pcols = [c for c in dt.metadata().partition_columns]
-            root = dt.table_uri.rstrip("/")
-            self.parts = [_File(a["path"] if "://" in a["path"] else f"{root}/{a['path']}",
-                                {c: a.get(f"partition.{c}") for c in pcols}) for a in actions]
+            pcols = list(dt.metadata().partition_columns)
+            self.parts = [_File(_local(self.path, a["path"]), {c: a.get(f"partition.{c}") for c in pcols})
+                          for a in actions]
 
     def partitions(self) -> list[InputPartition]:
         return self.parts or [_Whole(-1)]  # an empty table: one partition that yields nothing
@@ -106,8 +116,7 @@ class _Reader(DataSourceReader):
             return
         import pyarrow.parquet as pq
 
-        path = partition.uri[len("file://"):] if partition.uri.startswith("file://") else partition.uri
-        rows = pq.read_table(path)
+        rows = pq.read_table(partition.uri)
         for col, value in partition.partition_values.items():
             if col not in rows.column_names:
                 typ = SCHEMAS[self.table].field(col).type
@@ -115,28 +124,14 @@ class _Reader(DataSourceReader):
         yield from conform(rows, SCHEMAS[self.table]).to_batches()
 
     def _versions(self) -> Iterator[Any]:
-        import datetime as dt_
-
         import pyarrow as pa
         from deltalake import DeltaTable
 
-        from bridge.tables.coverage import coverage_entry
+        from bridge.tables.views import VERSIONS_ARROW, version_rows
 
-        rows = []
-        for h in DeltaTable(self.path).history():
-            doc = coverage_entry(h.get("userMetadata")) or {}
-            ts = h.get("timestamp")
-            offsets = doc.get("capture_offsets")
-            rows.append({"version": h.get("version"),
-                         "committed_at": dt_.datetime.fromtimestamp(ts / 1000, tz=dt_.timezone.utc) if ts else None,
-                         "operation": h.get("operation"), "stream": doc.get("stream"),
-                         "capture_offsets": [(int(k), int(v)) for k, v in offsets.items()] if offsets else None,
-                         "query": doc.get("query"), "batch": doc.get("batch")})
-        schema = pa.schema([("version", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
-                            ("operation", pa.string()), ("stream", pa.string()),
-                            ("capture_offsets", pa.map_(pa.int32(), pa.int64())), ("query", pa.string()),
-                            ("batch", pa.int64())])
-        yield from pa.Table.from_pylist(rows, schema=schema).to_batches()
+        rows = [{**r, "capture_offsets": list(r["capture_offsets"].items()) if r["capture_offsets"] else None}
+                for r in version_rows(DeltaTable(self.path).history())]
+        yield from pa.Table.from_pylist(rows, schema=VERSIONS_ARROW).to_batches()
 
 
 class LakegateTable(DataSource):

@@ -27,11 +27,12 @@ import re
 from typing import TYPE_CHECKING, Iterable
 
 from bridge.tables.engine import TableEngine
+from schemas.ddl import to_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["VIEWS", "register_mqtt_match", "register_views", "views_in_query"]
+__all__ = ["VERSIONS_ARROW", "VIEWS", "register_mqtt_match", "register_views", "version_rows", "views_in_query"]
 
 #: view name -> the table it reads
 VIEWS = {"messages": "messages", "retained": "retained", "retained_all": "retained", "quarantine": "quarantine",
@@ -41,19 +42,32 @@ _VERSIONS_DDL = ("version BIGINT, committed_at TIMESTAMP, operation STRING, stre
                  "capture_offsets MAP<INT, BIGINT>, query STRING, batch BIGINT")
 
 
-def _versions(spark: "SparkSession", engine: TableEngine):
-    """The ``retained_versions`` view's rows (from the table's commit infos)."""
+def version_rows(history: list[dict]) -> list[dict]:
+    """The ``retained_versions`` rows (as dicts) from a Delta table's commit infos."""
     import datetime as dt
 
     from bridge.tables.coverage import coverage_entry
 
     rows = []
-    for h in engine.history("retained"):
+    for h in history:
         doc = coverage_entry(h.get("userMetadata")) or {}
         ts = h.get("timestamp")
-        rows.append((h.get("version"), dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
-                     h.get("operation"), doc.get("stream"), doc.get("capture_offsets"),
-                     doc.get("query"), doc.get("batch")))
+        offsets = doc.get("capture_offsets")
+        rows.append({"version": h.get("version"),
+                     "committed_at": dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
+                     "operation": h.get("operation"), "stream": doc.get("stream"),
+                     "capture_offsets": {int(k): int(n) for k, n in offsets.items()} if offsets else None,
+                     "query": doc.get("query"), "batch": doc.get("batch")})
+    return rows
+
+
+#: the same rows' Arrow schema (the SQL endpoint's data source)
+VERSIONS_ARROW = to_arrow(_VERSIONS_DDL)
+
+
+def _versions(spark: "SparkSession", engine: TableEngine):
+    """The ``retained_versions`` view's rows (from the table's commit infos)."""
+    rows = [tuple(r.values()) for r in version_rows(engine.history("retained"))]
     return spark.createDataFrame(rows, _VERSIONS_DDL)
 
 
