@@ -30,6 +30,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.metrics.wiring import metrics_server
 
     endpoint.check_port(config)  # ConfigError (one line, exit 2) when the SQL endpoint's port is taken
+    endpoint.export_tables_dir(config)
     spark = build_session(config, app_name="lakegate-job",  # checks Java first (JavaMissing: exit 2)
                           extra=endpoint.spark_conf(config))
     metrics = None

@@ -248,6 +248,7 @@ class Runner:
 
         from bridge.sqlserve import endpoint
 
+        endpoint.export_tables_dir(self.config)
         spark = build_session(self.config, app_name="lakegate-run", extra=endpoint.spark_conf(self.config))
         quiet_accumulator_server(spark)
         endpoint.install(spark, self.config)

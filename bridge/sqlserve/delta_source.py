@@ -160,13 +160,15 @@ FIXED = {"messages": ("messages", "messages"), "retained_all": ("retained", "ret
 
 #: the environment variable naming the tables' directory for the fixed sources: Spark passes a
 #: catalog table's OPTIONS to a Python data source as nothing at all (measured with Spark 4.2),
-#: so the endpoint's process sets it before its JVM starts and the Python workers inherit it
-TABLES_DIR_ENV = "LAKEGATE_SQL_TABLES_DIR"
+#: so the endpoint's process sets it before its JVM starts and the Python workers inherit it.
+#: Not LAKEGATE_*: those are configuration keys (LAKEGATE_<SECTION>_<KEY>), and a child process
+#: (a test's, a benchmark's) would refuse it as an unknown key.
+TABLES_DIR_ENV = "LG_ENDPOINT_TABLES_DIR"
 
 
 def source_class(name: str) -> type[DataSource]:
     """The data source ``lakegate_<name>``: ``table`` -> :class:`LakegateTable`, else one of
-    :data:`FIXED`, reading ``$LAKEGATE_SQL_TABLES_DIR/<dir>`` whatever the options say."""
+    :data:`FIXED`, reading ``$LG_ENDPOINT_TABLES_DIR/<dir>`` whatever the options say."""
     if name == "table":
         return LakegateTable
     table_dir, schema = FIXED[name]

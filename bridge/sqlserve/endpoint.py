@@ -31,7 +31,7 @@ from bridge.config import Config, ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PLUGIN", "check_port", "client_host", "install", "spark_conf", "url"]
+__all__ = ["PLUGIN", "check_port", "client_host", "export_tables_dir", "install", "spark_conf", "url"]
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +52,9 @@ def url(config: Config) -> str:
 
 
 def spark_conf(config: Config) -> dict[str, str]:
-    """Spark properties that serve the endpoint; empty when ``sql.connect_port`` is 0.
-
-    Also sets ``LAKEGATE_SQL_TABLES_DIR`` in this process's environment: the JVM started next
-    and its Python workers inherit it, and the endpoint's catalog tables read under it
-    (bridge/sqlserve/delta_source.py: Spark does not pass a catalog table's OPTIONS on)."""
+    """Spark properties that serve the endpoint; empty when ``sql.connect_port`` is 0."""
     if not config.sql.connect_port:
         return {}
-    import os
-
-    from bridge.sqlserve.delta_source import TABLES_DIR_ENV
-
-    os.environ[TABLES_DIR_ENV] = str(config.tables_dir)
     conf = {
         "spark.plugins": PLUGIN,
         "spark.connect.grpc.binding.address": config.sql.connect_host,
@@ -73,6 +64,18 @@ def spark_conf(config: Config) -> dict[str, str]:
     if config.sql.connect_token:
         conf["spark.connect.authenticate.token"] = config.sql.connect_token
     return conf
+
+
+def export_tables_dir(config: Config) -> None:
+    """Before the JVM starts: name the tables' directory in this process's environment, which
+    the JVM and its Python workers inherit; the endpoint's catalog tables read under it
+    (bridge/sqlserve/delta_source.py: Spark does not pass a catalog table's OPTIONS on)."""
+    import os
+
+    from bridge.sqlserve.delta_source import TABLES_DIR_ENV
+
+    if config.sql.connect_port:
+        os.environ[TABLES_DIR_ENV] = str(config.tables_dir)
 
 
 def check_port(config: Config) -> None:

@@ -60,10 +60,10 @@ def test_an_empty_table_reads_no_rows(tables):
 def test_fixed_sources_read_under_the_tables_dir_of_the_environment(tables, monkeypatch):
     cls = source_class("messages")
     assert cls.name() == "lakegate_messages"
-    monkeypatch.delenv("LAKEGATE_SQL_TABLES_DIR", raising=False)
-    with pytest.raises(ValueError, match="LAKEGATE_SQL_TABLES_DIR is not set"):
+    monkeypatch.delenv("LG_ENDPOINT_TABLES_DIR", raising=False)
+    with pytest.raises(ValueError, match="LG_ENDPOINT_TABLES_DIR is not set"):
         cls({}).reader(None)
-    monkeypatch.setenv("LAKEGATE_SQL_TABLES_DIR", str(tables))
+    monkeypatch.setenv("LG_ENDPOINT_TABLES_DIR", str(tables))
     src = cls({})
     assert "topic STRING" in src.schema()
     r = src.reader(None)
