@@ -132,9 +132,13 @@ class Connection(asyncio.Protocol):
         """Count what goes out: bytes always, frames by type while metrics are on."""
         counts = self.packets_out if self.server.ack_latency is not None else None
         for data in items:
-            self.bytes_out += len(data)
+            n = len(data)
+            self.bytes_out += n
             if counts is not None:
-                count_frames(data, counts)
+                if n == 4:  # an acknowledgement (the commonest frame out): one frame, no walk
+                    counts[data[0] >> 4] += 1
+                else:
+                    count_frames(data, counts)
 
     def drain(self) -> None:
         """Write every queued item whose conditions hold, in order."""
@@ -146,6 +150,8 @@ class Connection(asyncio.Protocol):
         quota = 0
         ok = self.ok_fut
         srv = self.server
+        lat = srv.ack_latency  # None: metrics off
+        now = srv.loop.time() if lat is not None else 0.0
         while q:
             fut, fwd, data, extra, t0 = q[0]
             if fut is not None and fut is not ok:
@@ -177,8 +183,8 @@ class Connection(asyncio.Protocol):
                 break
             out.append(data)
             quota += extra
-            if t0 and srv.ack_latency is not None:  # a QoS 1/2 acknowledgement, sent now that it is durable
-                srv.ack_latency[data[0] >> 4].observe(srv.loop.time() - t0)  # 16 Buckets, by packet type
+            if t0 and lat is not None:  # a QoS 1/2 acknowledgement, sent now that it is durable
+                lat[data[0] >> 4].observe(now - t0)  # 16 Buckets, by packet type
         if out:
             self._written(out)
             transport.write(out[0] if len(out) == 1 else b"".join(out))
