@@ -51,11 +51,10 @@ def _local(table_dir: str, path: str) -> str:
     """A data file's local path: the Delta log's relative path is a percent-encoded URI
     reference (a space is %20), joined to the table's directory as the file system spells it."""
     import os
-    from urllib.parse import unquote, urlsplit
 
-    if "://" in path:
-        return unquote(urlsplit(path).path)
-    return os.path.join(table_dir, unquote(path))
+    from bridge.tables.deltars import _local_path
+
+    return _local_path(path) if "://" in path else os.path.join(table_dir, _local_path(path))
 
 
 class _File(InputPartition):

@@ -36,6 +36,13 @@ def _commit(app_id: str, version: int, metadata: str | None = None) -> CommitPro
                             custom_metadata={"userMetadata": metadata} if metadata else None)
 
 
+def _local_path(uri: str) -> str:
+    """A data file's path as the file system spells it, from delta-rs's percent-encoded form."""
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(uri).path) if "://" in uri else unquote(uri)
+
+
 class DeltaRsEngine(TableEngine):
     name = "delta-rs"
 
@@ -193,7 +200,9 @@ class DeltaRsEngine(TableEngine):
         features = set(getattr(dtable.protocol(), "reader_features", None) or [])
         if "deletionVectors" in features:
             return spark.createDataFrame(conform(dtable.to_pyarrow_table(), SCHEMAS[table]), schema)
-        files = dtable.file_uris()
+        # delta-rs gives the log's percent-encoded paths (a space is %20), which Spark would
+        # take literally: the file system's own spelling
+        files = [_local_path(f) for f in dtable.file_uris()]
         if not files:
             return spark.createDataFrame([], schema)
         base = str(self.path(table))

@@ -110,3 +110,12 @@ def test_retained_as_of_shows_what_a_subscriber_received_then_not_what_the_clock
     register_views(spark, engine, as_of=expires.isoformat(), views=["retained"])
     assert engine.resolve_as_of("retained", expires.isoformat()).version == 1
     assert _topics(spark) == ["stays"]  # expires_at > moment is false at the moment it expires
+
+
+def test_tables_under_a_directory_with_a_space_read_through_spark(spark, tmp_path):
+    """delta-rs lists data files percent-encoded (a space is %20); Spark must get the real path."""
+    e = DeltaRsEngine(tmp_path / "data dir" / "tables")
+    e.ensure()
+    now = dt.datetime.now(dt.timezone.utc)
+    e.append("messages", table([publish("a/b", b"x", seq=1, at=now), publish("a/c", b"y", seq=2, at=now)]), "t", 0)
+    assert e.dataframe(spark, "messages").count() == 2
