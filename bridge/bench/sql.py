@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,12 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topics", type=int, default=100, help="retained topics published first (default 100)")
     p.add_argument("--query", default="SELECT count(*) FROM retained")
     p.add_argument("--json", action="store_true")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _publish(port: int, topics: int) -> None:
@@ -81,6 +74,7 @@ def _client(data_dir: Path, port: int, query: str, timeout_s: float = 120.0) -> 
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.bench.e2e_procs import Lakegate
+    from bridge.bench.edge import _free_port
     from bridge.sqlserve.client import endpoint_answers
     from bridge.config import load_config
 

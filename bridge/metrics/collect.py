@@ -96,10 +96,10 @@ class LakegateCollector:
     """A prometheus_client collector over the edge, the capture log and the job's totals."""
 
     def __init__(self, edge: Callable[[], Any], capture: Callable[[], Any], job: Callable[[], dict | None],
-                 capture_dir: Path, log_end: Callable[[], list[int] | None] | None = None) -> None:
+                 capture_dir: Path, log_end: Callable[[], list[int] | None]) -> None:
         self.edge, self.capture, self.job, self.capture_dir = edge, capture, job, capture_dir
         #: the capture log's end offsets per partition (None: unknown)
-        self.log_end = log_end or (lambda: self.capture().next_offsets() if self.capture() is not None else None)
+        self.log_end = log_end
 
     def collect(self) -> Iterable[Any]:
         server = self.edge()

@@ -21,13 +21,8 @@ from bridge.capture import partition as partition_mod
 from bridge.capture.writer import CaptureLog, CaptureWriteError
 from bridge.config import load_config
 from bridge.metrics.wiring import metrics_server
+from tests.amqp.peer import free_port as _free_port
 from tests.waiting import wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _scrape(port: int) -> dict[str, float]:

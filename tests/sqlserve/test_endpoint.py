@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,16 +17,11 @@ import pytest
 from bridge.bench.e2e_procs import Lakegate
 from bridge.config import load_config
 from bridge.sqlserve.client import endpoint_answers, endpoint_gone, one_line_error
+from tests.amqp.peer import free_port as _free_port
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FALLBACK = "starting a local Spark session"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _sql(data: Path, port: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
