@@ -233,6 +233,15 @@ class AmqpConfig:
     #: QoS 2 to a subscriber: "peer" (the seed: PUBREL to the client once the
     #: AMQP side sends AMQP_PUBREL) or "edge" (the edge sends PUBREL at PUBREC).
     downlink_pubrel: str = "peer"
+    #: Who forwards to AMQP: "edge" (the process hosting the edge, as records
+    #: become durable: ``bridge.amqp.live``), "job" (the Spark job, per
+    #: micro-batch) or "auto" (``lakegate run``: the edge; ``lakegate
+    #: process`` and spark-submit: the job; ``lakegate edge``: nobody).
+    forward_by: str = "auto"
+    #: Live forwarding (``forward_by`` edge): how often it looks for new
+    #: durable records, and the most records it forwards in one range.
+    live_interval_ms: int = 20
+    live_max_records: int = 20000
 
 
 @dataclass
@@ -383,6 +392,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "amqp.profile": ("seed", "enmasse"),
     "amqp.qos2_rcv_settle_mode": ("profile", "first", "second"),
     "amqp.downlink_pubrel": ("peer", "edge"),
+    "amqp.forward_by": ("auto", "edge", "job"),
     "edge.ack_after": ("capture", "forward"),
     "tables.engine": ("auto", "delta-rs", "delta-spark"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -414,6 +424,8 @@ _POSITIVE = {
     "job.max_records_per_trigger",
     "metrics.max_batch_age_s",
     "amqp.downlink_credit",
+    "amqp.live_interval_ms",
+    "amqp.live_max_records",
     "spark.shuffle_partitions",
 }
 _PORTS = {"edge.port", "edge.tls_port", "sql.connect_port", "metrics.port"}

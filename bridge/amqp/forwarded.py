@@ -56,11 +56,15 @@ class ForwardedOffsets:
         text = text.strip()
         return int(text) if text else NOTHING
 
-    def record(self, partition: int, offset: int) -> int:
+    def record(self, partition: int, offset: int, *, sync: bool = True) -> int:
         """Raise the mark of ``partition`` to ``offset`` (never lowers it).
 
         Atomic (temporary file + rename) and serialised between processes
         with a lock file. Returns the mark now in force. Runs on executors.
+        ``sync=False`` skips the fsync (the live forwarder, which records a
+        mark every few milliseconds, syncs once a second: after a power
+        loss a mark may be older than what was forwarded, so some messages
+        are sent again; none is skipped).
         """
         self.dir.mkdir(parents=True, exist_ok=True)
         target = self.path(partition)
@@ -73,9 +77,21 @@ class ForwardedOffsets:
             with open(tmp, "w") as fh:
                 fh.write(f"{int(offset)}\n")
                 fh.flush()
-                os.fsync(fh.fileno())
+                if sync:
+                    os.fsync(fh.fileno())
             os.replace(tmp, target)
             return int(offset)
+
+    def sync(self, partition: int) -> None:
+        """fsync the mark of ``partition`` (written with ``sync=False``)."""
+        try:
+            fd = os.open(self.path(partition), os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def wait_for(self, partition: int, offset: int, timeout: float) -> bool:
         """Block until ``offset`` of ``partition`` is forwarded; False on timeout.

@@ -1,5 +1,8 @@
 """``lakegate edge``: run the MQTT edge server until SIGINT or SIGTERM.
 
+With ``amqp.forward_by = "edge"`` it also forwards to AMQP as records become
+durable (``bridge.amqp.live``); otherwise forwarding is the job's.
+
 Prints one line with the listening address(es) once it accepts connections,
 then logs one line per connection open and close. On SIGINT/SIGTERM it shuts
 down gracefully (stop accepting, DISCONNECT 0x8B to MQTT 5 clients, fsync,
@@ -35,9 +38,15 @@ async def _serve(config: Config) -> int:
 
     from bridge.metrics.wiring import EdgeRef, metrics_server
 
+    from bridge.amqp.live import LiveForwarder, forwards_live
+
     server = EdgeServer(config)
     metrics = metrics_server(config, EdgeRef(server), None)  # ConfigError (one line) when its port is taken
     await server.start()
+    live = None
+    if forwards_live(config, hosts_edge=True, runs_job=False):  # amqp.forward_by = "edge"
+        live = LiveForwarder(config)
+        live.start()
     if metrics is not None:
         metrics.start()
     loop = asyncio.get_running_loop()
@@ -50,6 +59,8 @@ async def _serve(config: Config) -> int:
         await server.serve_until_stopped()
     finally:
         await server.shutdown()
+        if live is not None:
+            await asyncio.to_thread(live.stop)  # forwards what is durable first (bounded)
         if metrics is not None:
             metrics.stop()
     if server.failed is not None:

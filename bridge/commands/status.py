@@ -3,10 +3,12 @@
 Reads the last progress line the running job wrote (``data_dir/job-status.json``)
 and computes the lag again from the checkpoint's last committed batch and
 the capture log's durable end offsets, so it is current even between batches.
-A failure -- the query failed and is being restarted, or the executors'
-forwarders are retrying (``bridge.amqp.trouble``) -- is shown first, with
+A failure -- the query failed and is being restarted, the executors'
+forwarders are retrying (``bridge.amqp.trouble``) or the live forwarder
+(``bridge.amqp.live``) is -- is shown first, with
 its cause and since when (``bridge.job.progress.current_failure``).
-Exit code 0 when a job has committed at least one batch, 1 otherwise.
+With live forwarding, one more line: what it forwarded and how many
+durable records it has not passed yet. Exit code 0 when a job has committed at least one batch, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if (config.capture_dir / "meta.json").exists():
         log_end = {str(p): n for p, n in enumerate(LogReader(config.capture_dir).durable_offsets())}
     now_lag = lag(end, log_end) if log_end else None
+    live = _live(config, log_end)
     out = {
         "checkpoint": str(checkpoint_path(config)),
         "committed_batch": batch,
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         "lag": now_lag,
         "last_batch": {k: v for k, v in last.items() if k != "failure"} if last and "batch_id" in last else None,
         "failure": failure,
+        "live_forwarding": live,
     }
     if args.format == "json":
         print(json.dumps(out))
@@ -55,8 +59,26 @@ def run(args: argparse.Namespace, config: Config) -> int:
         else:
             print("no batch reported yet (is the job running? lakegate process / lakegate run)")
         print(f"checkpoint: {out['checkpoint']}, committed batch: {batch if batch is not None else 'none'}")
+        if live is not None:
+            print(f"forwarding live: {live['forwarded']} forwarded, {live['expired']} expired, "
+                  f"{live['unforwardable']} quarantined since start; {live['behind']} records not forwarded yet")
         if now_lag is None:
             print("lag now: unknown (no capture log)")
         else:
             print(f"lag now: {now_lag} records (log end {log_end}, committed {end or {}})")
     return 0 if batch is not None else 1
+
+
+def _live(config: Config, log_end: dict[str, int]) -> dict | None:
+    """The live forwarder's counts and, now, how many durable records it has
+    not passed yet (log end minus its forwarded marks); None when none runs."""
+    from bridge.amqp.forwarded import ForwardedOffsets
+    from bridge.amqp.live import read_live_status
+
+    st = read_live_status(config.data_path)
+    if st is None:
+        return None
+    marks = ForwardedOffsets(config.data_path, config.capture.stream)
+    behind = sum(max(0, int(n) - (marks.get(int(p)) + 1)) for p, n in log_end.items())
+    return {**{k: st.get(k, 0) for k in ("forwarded", "expired", "unforwardable", "records", "cycles")},
+            "behind": behind, "time": st.get("time")}

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from bridge.job.progress import ProgressListener
 
-__all__ = ["checkpoint_path", "forget", "frame_rows", "progress_listener", "release", "run_job", "shutdown",
+__all__ = ["checkpoint_path", "forget", "frame_rows", "job_forwards", "progress_listener", "release", "run_job", "shutdown",
            "start_query", "stop_after_batch"]
 
 log = logging.getLogger(__name__)
@@ -89,12 +89,21 @@ def progress_listener(spark: "SparkSession", config: Config) -> "ProgressListene
         return listener
 
 
+def job_forwards(config: Config, *, live_elsewhere: bool = False) -> bool:
+    """Whether the job forwards to AMQP: ``amqp.url`` set, ``amqp.forward_by``
+    not ``"edge"``, and no live forwarder next to it (``live_elsewhere``:
+    ``lakegate run`` forwarding live, ``bridge.amqp.live.forwards_live``)."""
+    return bool(config.amqp.url) and config.amqp.forward_by != "edge" and not live_elsewhere
+
+
 def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
                 listener: "ProgressListener | None" = None,
-                stop: threading.Event | None = None) -> "StreamingQuery":
+                stop: threading.Event | None = None, forwarding: bool | None = None) -> "StreamingQuery":
     """Start the pipeline. ``once``: process everything available, then stop
     (``trigger(availableNow=True)``); otherwise a micro-batch every
-    ``job.trigger_interval_s``. Forwarding is on when ``amqp.url`` is set.
+    ``job.trigger_interval_s``. The job forwards when ``forwarding`` says
+    so (default: :func:`job_forwards`, i.e. ``amqp.url`` set and
+    ``amqp.forward_by`` not ``"edge"``).
 
     ``listener``: a listener the caller registered; default: this checkpoint's
     (``progress_listener``). ``stop``: once set, no new batch starts (the
@@ -123,7 +132,9 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     checkpoint = checkpoint_path(config)
     if listener is None:
         listener = progress_listener(spark, config)
-    forward = functools.partial(forward_batch, config=config) if config.amqp.url else None
+    if forwarding is None:
+        forwarding = job_forwards(config)
+    forward = functools.partial(forward_batch, config=config) if forwarding and config.amqp.url else None
     step = BatchStep(config, engine, checkpoint, forward=forward, on_stats=listener.record, stop=stop)
     writer = (
         frame_rows(records).writeStream.foreachBatch(step)
@@ -137,7 +148,8 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     query = writer.start()
     listener.query = query  # release() reports what the bus has not delivered yet
     log.info("job started: query=%s checkpoint=%s tables=%s engine=%s forwarding=%s",
-             config.job.query_name, checkpoint, config.tables_dir, engine.name, "on" if forward else "off")
+             config.job.query_name, checkpoint, config.tables_dir, engine.name,
+             "on" if forward else ("live, by the edge's process" if config.amqp.url else "off"))
     return query
 
 

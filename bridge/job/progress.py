@@ -97,9 +97,9 @@ def current_failure(data_dir: str | Path, status: Mapping | None = None) -> dict
     """The failure going on now, or None: ``{"since", "cause", "time", "failures"}``
     (``failures``: failed batch runs, 0 while only the forwarders report trouble).
 
-    Joins the status file's ``failure`` (the query failed) and the executors'
+    Joins the status file's ``failure`` (the query failed), the executors'
     trouble files reported after the last completed batch (forwarders
-    retrying): ``since`` is the earliest, ``cause`` the latest report's."""
+    retrying) and the live forwarder's failure (``bridge.amqp.live``): ``since`` is the earliest, ``cause`` the latest report's."""
     from bridge.amqp.trouble import read_troubles
 
     status = status if status is not None else read_status(data_dir)
@@ -109,6 +109,11 @@ def current_failure(data_dir: str | Path, status: Mapping | None = None) -> dict
         seen.append(status["failure"])
     seen += [{"since": t["since"], "cause": f"forwarding: {t['cause']}", "time": t["time"]}
              for t in read_troubles(data_dir, after=float(status.get("time", 0) or 0))]
+    from bridge.amqp.live import read_live_status
+
+    live = read_live_status(data_dir)  # the live forwarder's (amqp.forward_by): batches do not end it
+    if live and live.get("failure"):
+        seen.append(live["failure"])
     if not seen:
         return None
     latest = max(seen, key=lambda f: f["time"])

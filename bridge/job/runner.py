@@ -4,9 +4,13 @@
   a thread; it captures and acknowledges whatever happens to the job.
 * Java is checked first (local Spark needs Java 17+): without it the
   command says what to install in one line and starts nothing.
+* AMQP forwarding (``amqp.url`` set) is live by default: a thread next to
+  the edge forwards records as they become durable
+  (``bridge.amqp.live``), and the job writes the tables only;
+  ``amqp.forward_by = "job"`` forwards from the micro-batches instead.
 * The job runs under a supervisor on the main thread: when a micro-batch
-  fails (for example the AMQP peer is unreachable and the forwarder gave up
-  after its retries), the supervisor logs one line, waits with backoff and
+  fails (for example, with ``forward_by = "job"``, the AMQP peer is
+  unreachable and the forwarder gave up after its retries), the supervisor logs one line, waits with backoff and
   starts the query again from its checkpoint. The tables skip what they
   already committed and forwarding sends the batch again, so forwarding
   catches up when the peer appears: nothing lost, nothing skipped. The
@@ -38,10 +42,13 @@ import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from bridge.amqp.live import forwards_live
 from bridge.config import Config, mask_secret
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from bridge.amqp.live import LiveForwarder
 
 __all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "amqp_reachable", "root_cause", "running_run"]
 
@@ -169,6 +176,8 @@ class Runner:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._stop = threading.Event()
+        #: AMQP forwarding as records become durable (``amqp.forward_by``), else None: the job forwards
+        self.live: "LiveForwarder | None" = None
         #: The current session (a new one after the JVM died).
         self.spark: "SparkSession | None" = None
         self._own_session = False
@@ -202,6 +211,11 @@ class Runner:
         metrics = metrics_server(cfg, edge, self._query_active)  # ConfigError when its port is taken
         try:
             addresses = edge.start()
+            if forwards_live(cfg, hosts_edge=True, runs_job=True):
+                from bridge.amqp.live import LiveForwarder
+
+                self.live = LiveForwarder(cfg)
+                self.live.start()
             if metrics is not None:
                 metrics.start()
             pid_file.write_text(json.dumps({"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}))
@@ -210,8 +224,9 @@ class Runner:
             print(f"lakegate run: edge on {shown}; data in {cfg.data_path}", flush=True)
             if cfg.amqp.url:
                 peer = mask_secret("amqp.url", cfg.amqp.url)
+                how = "live, as records become durable" if self.live is not None else "by the job, per micro-batch"
                 if amqp_reachable(cfg.amqp.url):
-                    print(f"lakegate run: forwarding to {peer}", flush=True)
+                    print(f"lakegate run: forwarding to {peer} ({how})", flush=True)
                 else:
                     print(f"lakegate run: AMQP peer {peer} is unreachable; capturing continues and "
                           "forwarding catches up when it appears", flush=True)
@@ -227,6 +242,8 @@ class Runner:
             if metrics is not None:
                 metrics.stop()
             edge.stop(cfg.edge.shutdown_grace_s + 10)
+            if self.live is not None:
+                self.live.stop()  # after the edge: what it made durable is forwarded first (bounded)
             if own_session and self.spark is not None:
                 from bridge.spark.jvm import discard_session, jvm_exit
 
@@ -305,9 +322,10 @@ class Runner:
         exited) or (query, failure) when it ended by itself."""
         from pyspark.errors import StreamingQueryException
 
-        from bridge.job.pipeline import start_query
+        from bridge.job.pipeline import job_forwards, start_query
 
-        query = self._query = start_query(self.spark, self.config, stop=self._stop)
+        query = self._query = start_query(self.spark, self.config, stop=self._stop,
+                                          forwarding=job_forwards(self.config, live_elsewhere=self.live is not None))
         failure: str | None = None
         while not self._stop.is_set() and query.isActive:
             if not edge.alive:

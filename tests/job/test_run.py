@@ -1,7 +1,8 @@
 """`lakegate run` as a user runs it: one process with the edge and the job.
 
 * an unreachable AMQP peer is said in one line, capture goes on, and
-  forwarding catches up when the peer appears (nothing lost);
+  forwarding (live, the default, and by the job) catches up when the peer
+  appears (nothing lost);
 * with ``edge.ack_after = "forward"`` the PUBACK waits until the peer
   accepted the forwarded message;
 * Ctrl-C (SIGINT) stops cleanly: exit 0, the capture log is closed.
@@ -108,10 +109,11 @@ def _publish_ids(data_dir):
             for r in reader.records(p, 0, ends[p]) if r.value[0] >> 4 == 3}
 
 
-def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_ctrl_c(node, tmp_path):
+@pytest.mark.parametrize("forward_by", ["auto", "job"])
+def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_ctrl_c(node, tmp_path, forward_by):
     queue = _queue_while_down(node, "lgrun")
     run = Run(tmp_path, f"amqp.url={node.url}", "amqp.address_template=/amq/queue/{routing_key}",
-              "amqp.max_retries=1", "amqp.retry_backoff_s=0.2")
+              "amqp.max_retries=1", "amqp.retry_backoff_s=0.2", f"amqp.forward_by={forward_by}")
     try:
         wait_for(lambda: any(x.startswith("lakegate run: AMQP peer") for x in run.lines), timeout=30, what="the peer line")
         notice = [x for x in run.lines if x.startswith("lakegate run: AMQP peer")]
@@ -133,9 +135,16 @@ def test_unreachable_peer_one_line_capture_continues_forwarding_catches_up_then_
         node.start()  # the peer appears, with the queue
         got = receive_all(node.url, queue, want, timeout=180)
         assert want <= set(got), f"missing after catch-up: {sorted(want - set(got))[:5]}"
-        assert any("restarting from the checkpoint" in e for e in run.err)
+        if forward_by == "job":  # the batch failed and runs again
+            assert any("restarting from the checkpoint" in e for e in run.err)
+        else:  # the live forwarder sent the range again; the job's batches never failed
+            assert any("live forwarding: a range was not forwarded" in e for e in run.err)
+            assert not any("restarting from the checkpoint" in e for e in run.err)
         wait_for(lambda: not any(x.startswith("FAILING") for x in _status(tmp_path)), timeout=60,
-                 what="lakegate status to drop the failure once a batch completed")
+                 what="lakegate status to drop the failure once forwarding works again")
+        if forward_by == "auto":
+            lines = _status(tmp_path)
+            assert any(x.startswith("forwarding live: ") and "; 0 records not forwarded yet" in x for x in lines), lines
         # every lakegate line, the executors' Python workers' too, carries a timestamp
         stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ bridge[.\w]*: ")
         ours = [e for e in run.err if re.search(r" bridge[.\w]*: |^AMQP ", e)]
