@@ -35,6 +35,18 @@ ALARM_TOPIC = f"{PREFIX}/plant-7/dev-04/alarm"
 ALARM_EXPIRY_S = 5
 
 
+def _forward_totals(config: Config) -> dict[str, int]:
+    """Messages forwarded and expired so far by the running lakegate run: the
+    job's totals (forwarding per micro-batch) plus the live forwarder's."""
+    from bridge.amqp.live import read_live_status
+    from bridge.job.progress import read_status
+
+    totals = (read_status(config.data_path) or {}).get("totals", {})
+    live = read_live_status(config.data_path) or {}
+    return {"forwarded": int(totals.get("forwarded", 0)) + int(live.get("forwarded", 0)),
+            "expired": int(totals.get("forward_expired", 0)) + int(live.get("expired", 0))}
+
+
 class DemoError(RuntimeError):
     """The demo cannot run; the message says why in one line."""
 
@@ -286,9 +298,10 @@ class Demo:
                 self.say(f"  {'':14} frame {q['frame'].hex(' ')}")
         status = read_status(self.config.data_path) or {}
         totals = status.get("totals", {})
-        fwd = totals.get("forwarded", 0) - before.get("forwarded", 0)
+        now_fwd, before_fwd = _forward_totals(self.config), getattr(self, "before_forward", {})
+        fwd = now_fwd["forwarded"] - before_fwd.get("forwarded", 0)
         msgs = totals.get("messages", 0) - before.get("messages", 0)
-        expired = totals.get("forward_expired", 0) - before.get("forward_expired", 0)
+        expired = now_fwd["expired"] - before_fwd.get("expired", 0)
         self.say()
         self.say(f"published: {sent['qos0']} at QoS 0, {sent['qos1']} at QoS 1, {sent['qos2']} at QoS 2 "
                  "(+1 malformed frame)")
@@ -304,6 +317,19 @@ class Demo:
         self.say()
         self.say('next: lakegate sql "SELECT topic, CAST(payload AS STRING) payload, set_at FROM retained '
                  "WHERE mqtt_match('demo/+/+/status', topic)\"")
+
+    def _forwarded_all(self) -> bool:
+        """Whether forwarding has passed every durable record (live: its
+        marks; by the job: the job's batches, already waited for)."""
+        from bridge.amqp.forwarded import ForwardedOffsets
+        from bridge.amqp.live import read_live_status
+        from bridge.capture import LogReader
+
+        if read_live_status(self.config.data_path) is None:
+            return True
+        marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
+        ends = LogReader(self.config.capture_dir).durable_offsets()
+        return all(marks.get(p) + 1 >= n for p, n in enumerate(ends))
 
     def _alarm_line(self, counter: "_Counter") -> str:
         """Whether the alarm (5 s Message Expiry Interval) made it to AMQP in
@@ -339,6 +365,7 @@ class Demo:
             before = (read_status(self.config.data_path) or {}).get("totals", {})
             if before and before.get("batches") is None:
                 before = {}
+            self.before_forward = _forward_totals(self.config)
             self.say(f"publishing the demo workload to {self.host}:{self.port} ...")
             sent = self.workload()
             _wait(self._processed, 180, "the job to process the workload")
@@ -357,8 +384,10 @@ class Demo:
                 pass  # the tables are complete (checked above); only the counts may lag
             if counter is not None:
                 # everything the job forwarded (QoS 0 too) should reach the consumer
-                st = read_status(self.config.data_path) or {}
-                want = st.get("totals", {}).get("forwarded", 0) - before.get("forwarded", 0)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not self._forwarded_all():
+                    time.sleep(0.2)
+                want = _forward_totals(self.config)["forwarded"] - self.before_forward["forwarded"]
                 deadline = time.monotonic() + 30
                 while sum(counter.counts.values()) < want and time.monotonic() < deadline:
                     time.sleep(0.2)

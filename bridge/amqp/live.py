@@ -134,13 +134,12 @@ class LiveForwarder:
     def __init__(self, config: Config, *, engine: "TableEngine | None" = None,
                  forwarder_factory: Callable[[], Any] | None = None) -> None:
         from bridge.amqp.forwarded import ForwardedOffsets
-        from bridge.capture import LogReader
 
         if not config.amqp.url:
             raise ValueError("amqp.url is empty: forwarding is off")
         self.config = config
         self.stream = config.capture.stream
-        self.reader = LogReader(config.capture_dir)
+        self._reader = None
         self.marks = ForwardedOffsets(config.data_path, self.stream)
         self.stats = LiveStats()
         self._engine = engine
@@ -148,6 +147,7 @@ class LiveForwarder:
         self._cursor: dict[int, int] | None = None
         self._last_sync = 0.0
         self._last_status = 0.0
+        self._status_dirty = False
         self._unsynced = False
         self._stop = threading.Event()
         self._drain_until = float("inf")
@@ -198,13 +198,21 @@ class LiveForwarder:
                 continue
             if stopping and n == 0:
                 return  # drained
-            if n == 0:
+            if n < self.config.amqp.live_max_records:
+                # a full range goes on at once; otherwise records gather for an interval
+                # (at most 1000/live_interval_ms ranges a second: the cost per range is paid that often)
                 self._stop.wait(interval)
-            elif n < self.config.amqp.live_max_records:
-                # a short pause lets a few more records gather; a full range goes on at once
-                self._stop.wait(interval / 4)
 
     # ------------------------------------------------------------ one range
+    @property
+    def reader(self):
+        """The capture log's reader, opened on first use (the edge creates the log when it starts)."""
+        if self._reader is None:
+            from bridge.capture import LogReader
+
+            self._reader = LogReader(self.config.capture_dir)
+        return self._reader
+
     def _cursors(self) -> dict[int, int]:
         if self._cursor is None:
             earliest = self.reader.earliest_offsets()
@@ -236,7 +244,8 @@ class LiveForwarder:
                 work.append((p, start, stop))
         if not work:
             self._sync()
-            if time.monotonic() - self._last_status >= STATUS_STALE_S / 6:
+            # caught up: the counts go out now (a reader waiting for them sees the final ones)
+            if self._status_dirty or time.monotonic() - self._last_status >= STATUS_STALE_S / 6:
                 self._write_status()
             return 0
         t0 = time.monotonic()
@@ -258,6 +267,7 @@ class LiveForwarder:
         self._record_marks(work)
         self.stats.cycles += 1
         self.stats.records += n
+        self._status_dirty = True
         self.stats.seconds += time.monotonic() - t0
         self.stats.last_error = None
         if self.stats.failure is not None:
@@ -289,6 +299,7 @@ class LiveForwarder:
         from bridge.capture.layout import atomic_write
 
         self._last_status = time.monotonic()
+        self._status_dirty = False
         body = {"pid": os.getpid(), "time": time.time(), **self.stats.as_dict()}
         try:
             atomic_write(self.config.data_path / STATUS_FILE, json.dumps(body).encode())

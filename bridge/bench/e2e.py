@@ -794,6 +794,7 @@ class _Bench:
             "fsync_interval_ms": cfg.capture.fsync_interval_ms, "fsync_records": cfg.capture.fsync_records,
             "tables_engine": cfg.tables.engine, "ack_after": cfg.edge.ack_after,
             "amqp_url": mask_secret("amqp.url", cfg.amqp.url), "address_template": cfg.amqp.address_template,
+            "forward_by": cfg.amqp.forward_by, "live_interval_ms": cfg.amqp.live_interval_ms,
         }}
         job = _JobProbe(cfg, o.min_batches)
 

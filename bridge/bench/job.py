@@ -12,7 +12,9 @@ batch of 200 records every second is 200 msg/s):
   ``foreachBatch`` that only does ``toArrow()`` and returns;
 * **job**: the lakegate job as ``lakegate run`` starts it
   (``bridge.job.pipeline.start_query``: the pandas UDF parser, the Delta
-  tables under the app transaction, forwarding when ``amqp.url`` is set).
+  tables under the app transaction; forwarding in the job only when it
+  forwards in ``lakegate run``: ``amqp.forward_by = "job"``, since the
+  default forwards live, outside the micro-batch, ``bridge.amqp.live``).
 
 Per batch: wall time (Spark's ``triggerExecution``) and its parts
 (``latestOffset``, ``getBatch``, ``queryPlanning``, ``walCommit`` -- the
@@ -190,8 +192,17 @@ def _side_config(base: Path, run_dir: Path, config: Config, batch: int) -> Confi
     sets = [f"data_dir={run_dir}", f"job.max_records_per_trigger={batch}",
             f"job.trigger_interval_s={config.job.trigger_interval_s}", f"job.query_name=bench{run_dir.name}",
             f"job.forward_on_driver_max_rows={config.job.forward_on_driver_max_rows}",
-            f"amqp.url={config.amqp.url}", "log_level=WARNING"]
+            f"amqp.url={config.amqp.url}", f"amqp.forward_by={config.amqp.forward_by}", "log_level=WARNING"]
     return load_config(None, sets, env={})
+
+
+def _job_forwards(config: Config) -> bool:
+    """Whether the job forwards as ``lakegate run`` starts it (not with live
+    forwarding, its default: ``amqp.forward_by = "job"`` to measure the job's)."""
+    from bridge.amqp.live import forwards_live
+    from bridge.job.pipeline import job_forwards
+
+    return job_forwards(config, live_elsewhere=forwards_live(config, hosts_edge=True, runs_job=True))
 
 
 def _run_side(spark, listener, side: str, base: Path, run_dir: Path, config: Config,
@@ -212,7 +223,7 @@ def _run_side(spark, listener, side: str, base: Path, run_dir: Path, config: Con
             record(stats)
 
         pl.record = record_and_keep
-        query = start_query(spark, cfg, listener=pl)
+        query = start_query(spark, cfg, listener=pl, forwarding=_job_forwards(cfg))
     listener.meters[str(query.id)] = meter
     deadline = time.monotonic() + args.timeout
     in_log = _log_records(run_dir)  # the PUBLISHes, and the CONNECT and close the edge captured too
@@ -316,7 +327,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     result = {"records": args.records, "batch": args.batch, "trigger_s": config.job.trigger_interval_s,
               "forward_on_driver_max_rows": config.job.forward_on_driver_max_rows,
-              "repeat": args.repeat, "forwarding": bool(config.amqp.url), "fill_s": round(fill_s, 1),
+              "repeat": args.repeat, "forwarding": _job_forwards(config), "fill_s": round(fill_s, 1),
               **med, "ratio_wall_p50": ratio("wall_p50_s"), "ratio_cpu_p50": ratio("cpu_p50_s"),
               "ratio_wall_p99": ratio("wall_p99_s")}
     for side in ("floor", "job"):
@@ -326,8 +337,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(result))
         return 0
     print(f"bench job: {args.records} records, {args.batch} per batch, trigger "
-          f"{config.job.trigger_interval_s:g} s, forwarding {'on' if config.amqp.url else 'off'} "
-          f"(from the driver up to {config.job.forward_on_driver_max_rows} rows), "
+          f"{config.job.trigger_interval_s:g} s, "
+          + (f"the job forwards (from the driver up to {config.job.forward_on_driver_max_rows} rows), "
+             if _job_forwards(config) else
+             ("forwarding live, outside the job (amqp.forward_by=job: in the job), " if config.amqp.url
+              else "forwarding off, "))
+          + 
           f"{args.repeat} runs per side (medians)")
     for side in ("floor", "job"):
         s = med[side]

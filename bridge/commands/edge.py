@@ -41,11 +41,11 @@ async def _serve(config: Config) -> int:
     from bridge.amqp.live import LiveForwarder, forwards_live
 
     server = EdgeServer(config)
-    metrics = metrics_server(config, EdgeRef(server), None)  # ConfigError (one line) when its port is taken
+    live = LiveForwarder(config) if forwards_live(config, hosts_edge=True, runs_job=False) else None  # forward_by edge
+    metrics = metrics_server(config, EdgeRef(server), None,  # ConfigError (one line) when its port is taken
+                             live=(lambda: live) if live is not None else None)
     await server.start()
-    live = None
-    if forwards_live(config, hosts_edge=True, runs_job=False):  # amqp.forward_by = "edge"
-        live = LiveForwarder(config)
+    if live is not None:
         live.start()
     if metrics is not None:
         metrics.start()

@@ -208,7 +208,8 @@ class Runner:
         pid_file = cfg.data_path / RUN_PID_FILE
         wrote_pid = False
         self._query = None
-        metrics = metrics_server(cfg, edge, self._query_active)  # ConfigError when its port is taken
+        metrics = metrics_server(cfg, edge, self._query_active,  # ConfigError when its port is taken
+                                 live=lambda: self.live)
         try:
             addresses = edge.start()
             if forwards_live(cfg, hosts_edge=True, runs_job=True):

@@ -92,14 +92,36 @@ def _edge_traffic(server: Any) -> Iterable[Any]:
     yield rej
 
 
+def _live_forwarding(st: Any) -> Iterable[Any]:
+    """The live forwarder's counters (``bridge.amqp.live.LiveStats``)."""
+    for name, doc, value in (
+            ("forwarded", "messages the live forwarder forwarded (accepted, or QoS 0 handed over)", st.forwarded),
+            ("records", "capture records the live forwarder passed (forwarded or not meant for it)", st.records),
+            ("expired", "messages not sent: their Message Expiry Interval had passed", st.expired),
+            ("unforwardable", "rows set aside and quarantined (LG-amqp-unforwardable, LG-amqp-rejected)",
+             st.unforwardable),
+            ("failed_ranges", "ranges the peer did not take, sent again after a pause", st.failed_attempts)):
+        yield CounterMetricFamily(f"lakegate_live_forward_{name}_total", doc, value=value)
+    g = GaugeMetricFamily("lakegate_live_forward_lag_records", "durable records not forwarded yet, by partition "
+                          "(at the live forwarder's last look)", labels=["partition"])
+    for p, n in sorted(dict(st.lag).items()):
+        g.add_metric([str(p)], n)
+    yield g
+    yield GaugeMetricFamily("lakegate_live_forward_failing", "1 while the live forwarder's attempts fail",
+                            value=0 if st.failure is None else 1)
+
+
 class LakegateCollector:
     """A prometheus_client collector over the edge, the capture log and the job's totals."""
 
     def __init__(self, edge: Callable[[], Any], capture: Callable[[], Any], job: Callable[[], dict | None],
-                 capture_dir: Path, log_end: Callable[[], list[int] | None]) -> None:
+                 capture_dir: Path, log_end: Callable[[], list[int] | None],
+                 live: Callable[[], Any] | None = None) -> None:
         self.edge, self.capture, self.job, self.capture_dir = edge, capture, job, capture_dir
         #: the capture log's end offsets per partition (None: unknown)
         self.log_end = log_end
+        #: the live forwarder (``bridge.amqp.live.LiveForwarder``) of this process, or None
+        self.live = live or (lambda: None)
 
     def collect(self) -> Iterable[Any]:
         server = self.edge()
@@ -138,6 +160,9 @@ class LakegateCollector:
         if self.capture_dir.is_dir():
             yield GaugeMetricFamily("lakegate_capture_disk_bytes", "bytes the capture log holds on disk",
                                     value=_dir_bytes(self.capture_dir))
+        live = self.live()
+        if live is not None:
+            yield from _live_forwarding(live.stats)
         status = self.job()
         if status:
             totals = status.get("totals") or {}

@@ -28,11 +28,13 @@ class EdgeRef:
 
 
 def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
-                   query_running: Callable[[], bool] | None) -> MetricsServer | None:
+                   query_running: Callable[[], bool] | None,
+                   live: Callable[[], Any] | None = None) -> MetricsServer | None:
     """Bind ``metrics.host:metrics.port`` (ConfigError, one line, when taken); None when the port is 0.
     ``edge``: None for ``lakegate process`` (the job alone: its metrics, the capture log's end read
     from its files); ``query_running``: None for ``lakegate edge`` (no job: no job check). Call
-    ``start()`` on what it returns once the parts run."""
+    ``start()`` on what it returns once the parts run. ``live``: the process's
+    live forwarder (``bridge.amqp.live``), read at scrape time (None: none)."""
     if not config.metrics.port:
         return None
     from bridge.job import progress
@@ -55,7 +57,7 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
             except Exception:  # no log yet, or one being created
                 return None
     status_of = lambda: progress.latest_status(config.data_path)  # noqa: E731
-    metrics.attach(LakegateCollector(server_of, log_of, status_of, config.capture_dir, log_end))
+    metrics.attach(LakegateCollector(server_of, log_of, status_of, config.capture_dir, log_end, live))
     progress.BATCH_OBSERVERS[:] = [metrics.observe_batch]  # one run per process: the newest wins
 
     health = HealthChecks()
@@ -86,7 +88,20 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
 
     if query_running is not None:
         health.add("job", job)
-    if config.amqp.url and (query_running is not None or config.amqp.downlink):  # this process talks AMQP
+    if live is not None:
+        def forwarding() -> tuple[bool, str]:
+            fwd = live()
+            if fwd is None:
+                return True, "not forwarding live"
+            if not fwd.alive:
+                return False, "the live forwarder's thread has stopped"
+            failure = fwd.stats.failure
+            if failure is not None:
+                return False, f"failing for {time.time() - failure['since']:.0f} s: {failure['cause']}"
+            return True, f"{sum(fwd.stats.lag.values())} durable records not forwarded yet"
+
+        health.add("live_forwarding", forwarding)
+    if config.amqp.url and (query_running is not None or config.amqp.downlink or live is not None):  # talks AMQP
         url = config.amqp.url
 
         def amqp() -> tuple[bool, str]:

@@ -142,3 +142,46 @@ def test_amqp_forward_by_refuses_an_unknown_value():
 
     with pytest.raises(ConfigError, match="amqp.forward_by"):
         load_config(None, ["amqp.forward_by=spark"], env={})
+
+
+@pytest.mark.broker
+@pytest.mark.subprocess
+def test_lakegate_edge_with_forward_by_edge_forwards_live_and_scrapes_its_counts(consumer, rabbitmq, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.metrics.test_metrics import _health, _scrape
+    from tests.waiting import wait_for
+
+    topic = consumer.topic("live-edge")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "edge", "--port", "0", "--set", f"data_dir={tmp_path}",
+                             "--set", f"metrics.port={port}", "--set", f"amqp.url={rabbitmq}",
+                             "--set", "amqp.forward_by=edge"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "lakegate edge listening on mqtt://" in line, proc.stderr.read() if proc.poll() is not None else line
+        edge_port = int(line.split("mqtt://", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
+        import paho.mqtt.client as mqtt
+
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="live-edge", protocol=mqtt.MQTTv5)
+        c.connect("127.0.0.1", edge_port)
+        c.loop_start()
+        for i in range(3):
+            c.publish(topic, b"m%d" % i, qos=1).wait_for_publish(30)
+        c.loop_stop()
+        c.disconnect()
+        assert [bytes(m.body) for m in consumer.wait(topic, 3)] == [b"m0", b"m1", b"m2"]  # no job runs: live
+        assert wait_for(lambda: _scrape(port).get("lakegate_live_forward_forwarded_total") == 3, timeout=20)
+        m = _scrape(port)
+        assert m["lakegate_live_forward_failing"] == 0 and m["lakegate_live_forward_unforwardable_total"] == 0
+        code, body = _health(port)
+        assert code == 200 and {"edge", "capture_log", "live_forwarding", "amqp"} == set(body["checks"]), body
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0, proc.stderr.read()[-2000:]
+        proc.stdout.close()
+        proc.stderr.close()
+    assert not (tmp_path / "forward-live.json").exists()  # removed at stop: lakegate status shows no live forwarder
