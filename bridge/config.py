@@ -240,7 +240,7 @@ class AmqpConfig:
     forward_by: str = "auto"
     #: Live forwarding (``forward_by`` edge): how often it looks for new
     #: durable records, and the most records it forwards in one range.
-    live_interval_ms: int = 20
+    live_interval_ms: int = 50
     live_max_records: int = 20000
 
 

@@ -46,23 +46,51 @@ def frame_row_schema() -> "pa.Schema":
     return to_arrow(FRAME_ROW_DDL)
 
 
-def _first_header(parents, keys, values, n: int, name: str) -> "pa.Array":
-    """Per row, the first header called ``name`` (binary; null when absent)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
+class _Headers:
+    """The capture headers of a batch, flattened once: per key asked for,
+    each row's first value. Dictionary-encodes the keys (a handful of
+    distinct ones) so that each lookup is a few numpy operations and one
+    ``take``, whatever the batch's size."""
 
-    hit = pc.fill_null(pc.equal(keys, name), False)
-    rows = parents.filter(hit).to_numpy(zero_copy_only=False)
-    vals = values.filter(hit)
-    if len(rows) == 0:
-        return pa.nulls(n, pa.binary())
-    # parents are in row order: the first index of each row is its first header
-    first_rows, first_at = np.unique(rows, return_index=True)
-    picked = vals.take(pa.array(first_at))
-    slot = np.full(n, -1, dtype=np.int64)
-    slot[first_rows] = np.arange(len(first_rows))
-    return picked.take(pa.array(slot, mask=slot < 0))
+    def __init__(self, headers: "pa.Array", n: int) -> None:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        flat = pc.list_flatten(headers)
+        self.n = n
+        self.parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        encoded = pc.dictionary_encode(flat.field("key"))
+        if isinstance(encoded, pa_chunked()):
+            encoded = encoded.combine_chunks()
+        self.codes = encoded.indices.to_numpy(zero_copy_only=False)
+        self.code_of = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
+        self.values = flat.field("value")
+        self._np = np
+
+    def first(self, name: str) -> "pa.Array":
+        """Per row, the first header called ``name`` (binary; null when absent)."""
+        import pyarrow as pa
+
+        np = self._np
+        code = self.code_of.get(name)
+        if code is None:
+            return pa.nulls(self.n, pa.binary())
+        at = np.flatnonzero(self.codes == code)
+        rows = self.parents[at]
+        if len(rows) > 1:  # parents are in row order: keep each row's first
+            keep = np.empty(len(rows), dtype=bool)
+            keep[0] = True
+            np.not_equal(rows[1:], rows[:-1], out=keep[1:])
+            at, rows = at[keep], rows[keep]
+        slot = np.full(self.n, -1, dtype=np.int64)
+        slot[rows] = at
+        return self.values.take(pa.array(slot, mask=slot < 0))
+
+
+def pa_chunked():
+    import pyarrow as pa
+
+    return pa.ChunkedArray
 
 
 def _cast(arr: "pa.Array", type_name: str) -> "pa.Array":
@@ -93,13 +121,7 @@ def _context(batch: "pa.RecordBatch") -> tuple[dict[str, "pa.Array"], "pa.Array"
     import pyarrow.compute as pc
 
     n = batch.num_rows
-    headers = batch.column("headers")
-    flat = pc.list_flatten(headers)
-    parents = pc.list_parent_indices(headers)
-    keys, values = flat.field("key"), flat.field("value")
-
-    def header(name: str) -> pa.Array:
-        return _first_header(parents, keys, values, n, name)
+    header = _Headers(batch.column("headers"), n).first
 
     ts = batch.column("timestamp")
     cols: dict[str, pa.Array] = {
@@ -130,10 +152,11 @@ def frame_rows_arrow(batches: Iterable["pa.RecordBatch"]) -> "pa.Table":
     from schemas.tables import PARSED_RENAMES
 
     schema = frame_row_schema()
+    batches = [b for b in batches if b.num_rows]
+    if len(batches) > 1:  # one pass over everything: the cost per call is fixed, not per row
+        batches = pa.Table.from_batches(batches).combine_chunks().to_batches()
     parts = []
     for batch in batches:
-        if batch.num_rows == 0:
-            continue
         cols, ack_refs = _context(batch)
         keep = pc.is_null(ack_refs)
         if not pc.all(keep).as_py():

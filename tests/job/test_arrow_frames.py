@@ -72,3 +72,23 @@ def test_arrow_frame_rows_of_nothing_is_an_empty_table_of_the_schema():
     empty = pa.RecordBatch.from_pylist([], schema=__import__("bridge.capture.reader", fromlist=["x"])
                                        .capture_arrow_schema())
     assert frame_rows_arrow([empty]).num_rows == 0
+
+
+def test_a_header_given_twice_reads_as_its_first_value_as_sparks_array_position_does():
+    from bridge.capture.reader import capture_arrow_schema
+    from bridge.mqtt import Publish, encode
+
+    frame = encode(Publish(qos=0, topic="t", payload=b"x"), 4)
+    rows = [{"key": b"c", "value": frame, "topic": "s", "partition": 0, "offset": i, "timestamp": None,
+             "timestampType": 1, "headers": h}
+            for i, h in enumerate([
+                [{"key": "proto", "value": b"4"}, {"key": "conn_id", "value": b"first"},
+                 {"key": "conn_id", "value": b"second"}],
+                [],
+                [{"key": "proto", "value": b"4"}, {"key": "reject", "value": b"R"}, {"key": "reject", "value": b"S"}],
+            ])]
+    out = frame_rows_arrow([pa.RecordBatch.from_pylist(rows, schema=capture_arrow_schema())]).to_pylist()
+    assert [r["conn_id"] for r in out] == ["first", None, None]
+    assert [r["edge_rule"] for r in out] == [None, None, "R"]
+    assert [r["protocol_level"] for r in out] == [4, None, 4]
+    assert [r["origin"] for r in out] == ["client"] * 3
