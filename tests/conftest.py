@@ -24,6 +24,21 @@ SHARED = ROOT.parent / "shared"
 os.environ.setdefault("LAKEGATE_SQL_CONNECT_PORT", "0")
 os.environ.setdefault("LAKEGATE_METRICS_PORT", "0")  # the same for the metrics endpoint
 
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a lakegate subprocess a test starts: none of this
+    process's ``LAKEGATE_*`` settings (the child reads conf/ and its
+    ``--set``), with the SQL endpoint and the metrics endpoint off -- a
+    lakegate run elsewhere on the machine, or another test's still
+    stopping, may hold their default ports; a test that wants one gives a
+    port of its own with ``--set`` (which wins over the environment)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env.update(LAKEGATE_SQL_CONNECT_PORT="0", LAKEGATE_METRICS_PORT="0")
+    env.update(extra)
+    return env
+
+
 RABBITMQ = ("127.0.0.1", int(os.environ.get("RABBITMQ_PORT", "5672")))
 MOSQUITTO = ("127.0.0.1", int(os.environ.get("MOSQUITTO_PORT", "18830")))
 AMQP_URL = f"amqp://guest:guest@{RABBITMQ[0]}:{RABBITMQ[1]}"

@@ -208,8 +208,8 @@ class Runner:
         pid_file = cfg.data_path / RUN_PID_FILE
         wrote_pid = False
         self._query = None
-        metrics = metrics_server(cfg, edge, self._query_active,  # ConfigError when its port is taken
-                                 live=lambda: self.live)
+        live = (lambda: self.live) if forwards_live(cfg, hosts_edge=True, runs_job=True) else None
+        metrics = metrics_server(cfg, edge, self._query_active, live=live)  # ConfigError when its port is taken
         try:
             addresses = edge.start()
             if forwards_live(cfg, hosts_edge=True, runs_job=True):

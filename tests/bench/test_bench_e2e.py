@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.broker, pytest.mark.subprocess]
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env = child_env()
     env["PYSPARK_PYTHON"] = sys.executable
     return env
 

@@ -4,6 +4,7 @@ import stat
 import pytest
 
 from bridge.javacheck import JavaMissing, require_java
+from tests.conftest import child_env
 
 
 def _fake_java(tmp_path, version_line: str):
@@ -59,7 +60,7 @@ def test_cli_reports_missing_java_in_one_line_and_starts_nothing(tmp_path, comma
     empty = tmp_path / "nojava"
     empty.mkdir()
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_") and k != "JAVA_HOME"}
+    env = {k: v for k, v in child_env().items() if k != "JAVA_HOME"}
     env["PATH"] = str(empty)
     if where == "java_home":
         env["JAVA_HOME"] = str(empty)

@@ -18,6 +18,7 @@ from paho.mqtt.properties import Properties
 
 from tests.amqp.conftest import Consumer, delete_queue
 from tests.waiting import wait_for
+from tests.conftest import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env = child_env()
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"  # spark-submit runs this venv's python
     env["PYSPARK_PYTHON"] = sys.executable
     return env

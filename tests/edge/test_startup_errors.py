@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bridge.capture import CaptureLog
+from tests.conftest import child_env
 
 pytestmark = [pytest.mark.subprocess]
 
@@ -26,7 +27,7 @@ _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO|WARNI
 
 
 def _lakegate(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env = child_env()
     return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True,
                           timeout=120, env=env, cwd=cwd)
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ def _free_port():
 
 
 def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env = child_env()
     port = _free_port()
     out = subprocess.run([sys.executable, "-m", "bridge", "demo", "--set", f"data_dir={tmp_path}",
                           "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}", "--set", "log_level=WARNING"],

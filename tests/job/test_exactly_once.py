@@ -14,13 +14,14 @@ from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.tables.deltars import DeltaRsEngine
 from tests.job.frames import append_publish, append_raw
+from tests.conftest import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _process(data_dir, failpoints=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env = child_env()
     if failpoints:
         env["LAKEGATE_FAILPOINTS"] = failpoints
     args = [sys.executable, "-m", "bridge", "process", "--once", "--set", f"data_dir={data_dir}",

@@ -20,7 +20,7 @@ from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.job.progress import committed_offsets, read_status
 from bridge.tables.deltars import DeltaRsEngine
-from tests.conftest import RABBITMQ
+from tests.conftest import RABBITMQ, child_env
 from tests.job.frames import append_publish, append_raw
 from tests.waiting import wait_for
 
@@ -30,7 +30,7 @@ MALFORMED = bytes([0x36, 0x06, 0, 1]) + b"x" + bytes([0, 1, 0])
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    return child_env()
 
 
 def _lakegate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -26,6 +26,7 @@ from bridge.tables.deltars import DeltaRsEngine
 from tests.amqp.rabbitnode import RabbitNode, find_rabbitmq
 from tests.amqp.test_outage import declare_durable_queue, receive_all
 from tests.waiting import wait_for
+from tests.conftest import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ class Run:
     """A `lakegate run` subprocess; its stdout lines are collected."""
 
     def __init__(self, data_dir, *sets: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+        env = child_env()
         args = [sys.executable, "-m", "bridge", "run", "--set", f"data_dir={data_dir}", "--set", "edge.port=0",
                 "--set", "spark.master=local[2]", "--set", "job.trigger_interval_s=0.5"]
         for s in sets:
@@ -76,7 +77,7 @@ class Run:
 
 
 def _status(data_dir) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEGATE_")}
+    env = child_env()
     out = subprocess.run([sys.executable, "-m", "bridge", "status", "--set", f"data_dir={data_dir}"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     return out.stdout.splitlines()
