@@ -66,6 +66,8 @@ MARK_SYNC_S = 1.0
 STATUS_FILE = "forward-live.json"
 #: A status file not rewritten for this long is a forwarder that is gone.
 STATUS_STALE_S = 30.0
+#: Idle and attached to the capture log: the longest wait without a wake-up (status refresh).
+IDLE_WAIT_S = 1.0
 #: Pauses after a range failed (ForwardError or anything else), growing per failure in a row.
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -124,8 +126,11 @@ def read_live_status(data_dir) -> dict | None:
 class LiveForwarder:
     """Forwards the capture log to AMQP as it becomes durable (module doc).
 
-    ``start()`` runs :meth:`cycle` on a daemon thread every
-    ``amqp.live_interval_ms`` until ``stop()``; tests may call
+    ``start()`` runs :meth:`cycle` on a daemon thread until ``stop()``:
+    after a range, the next one starts ``amqp.live_interval_ms`` later
+    (records gather meanwhile: the cost per range is paid at most that
+    often); idle, it waits for the capture log's next commit (``attach``,
+    in the edge's process) or looks once an interval. Tests may call
     :meth:`cycle` directly instead. ``engine``: the tables' engine for
     quarantined rows (default: made on first need, delta-rs unless
     ``tables.engine`` asks for delta-spark, which needs a session: then
@@ -150,10 +155,20 @@ class LiveForwarder:
         self._status_dirty = False
         self._unsynced = False
         self._stop = threading.Event()
+        #: set by the capture log when records became durable (``attach``)
+        self._wake = threading.Event()
+        self._attached = False
         self._drain_until = float("inf")
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ lifecycle
+    def attach(self, log: Any) -> None:
+        """Be woken by ``log`` (the edge's :class:`~bridge.capture.writer.CaptureLog`,
+        in this process) when records become durable: no polling while idle,
+        and the first message after a quiet spell goes out at once."""
+        log.on_durable.append(self._wake.set)
+        self._attached = True
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="lakegate-live-forwarder", daemon=True)
         self._thread.start()
@@ -165,6 +180,7 @@ class LiveForwarder:
         for up to ``drain_s`` (the edge has stopped by then: nothing new)."""
         self._drain_until = time.monotonic() + drain_s
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(drain_s + self.config.amqp.disposition_timeout_s + 5)
         self._sync(force=True)
@@ -181,6 +197,7 @@ class LiveForwarder:
             stopping = self._stop.is_set()
             if stopping and time.monotonic() >= self._drain_until:
                 return
+            self._wake.clear()  # set again by any commit from here on: the cycle or the wait sees it
             try:
                 n = self.cycle()
                 failures = 0
@@ -198,7 +215,10 @@ class LiveForwarder:
                 continue
             if stopping and n == 0:
                 return  # drained
-            if n < self.config.amqp.live_max_records:
+            if n == 0:
+                # idle: woken by the capture log's next commit (attached), else a look per interval
+                self._wake.wait(IDLE_WAIT_S if self._attached else interval)
+            elif n < self.config.amqp.live_max_records:
                 # a full range goes on at once; otherwise records gather for an interval
                 # (at most 1000/live_interval_ms ranges a second: the cost per range is paid that often)
                 self._stop.wait(interval)

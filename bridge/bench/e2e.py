@@ -524,12 +524,16 @@ class _Probe:
 class _JobProbe(_Probe):
     """lakegate: the job's lag (log end - the checkpoint's committed offsets,
     as ``lakegate status``), a sample per committed batch; and the batches'
-    input rows and durations from the status file."""
+    input rows and durations from the status file. With live forwarding
+    (``bridge.amqp.live``) the backlog is the larger of the job's lag and
+    the forwarder's (log end - its forwarded marks): both must keep up."""
 
     def __init__(self, config: Config, min_samples: int) -> None:
+        from bridge.amqp.live import forwards_live
         from bridge.job.pipeline import checkpoint_path
 
         self.config = config
+        self.live = forwards_live(config, hosts_edge=True, runs_job=True)
         self.checkpoint = checkpoint_path(config)
         self.min_samples = min_samples
         self.reader: Any = None
@@ -557,7 +561,13 @@ class _JobProbe(_Probe):
                 st = {}
             if st.get("batch_id") is not None:
                 self.batches[int(st["batch_id"])] = (int(st.get("input_rows", 0)), int(st.get("duration_ms", 0)))
-        return new, lag(end, ends)
+        behind = lag(end, ends)
+        if self.live:
+            from bridge.amqp.forwarded import ForwardedOffsets
+
+            marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
+            behind = max(behind, sum(max(0, n - (marks.get(int(p)) + 1)) for p, n in ends.items()))
+        return new, behind
 
     def reset(self) -> None:
         self.batches = {}

@@ -169,6 +169,10 @@ class CaptureLog:
         self.stats = {"appends": 0, "commits": 0, "fsyncs": 0, "bytes": 0, "truncated_bytes": 0}
         #: a bridge.metrics.buckets.Buckets timing each commit's fdatasync calls (None: not timed)
         self.fsync_latency = None
+        #: called (no arguments, on the flusher thread, after the acks) when a
+        #: commit made records durable: the live forwarder's wake-up
+        #: (``bridge.amqp.live``); must be quick and must not raise
+        self.on_durable: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -566,6 +570,8 @@ class CaptureLog:
             self._room.notify_all()
         for g in groups:
             g.future.set_result(None)
+        for fn in self.on_durable:
+            fn()
         return True
 
     def _fail(self, groups: list[_Group], touched: list[int], exc: Exception) -> None:

@@ -46,6 +46,7 @@ async def _serve(config: Config) -> int:
                              live=(lambda: live) if live is not None else None)
     await server.start()
     if live is not None:
+        live.attach(server.log)  # woken by the edge's commits
         live.start()
     if metrics is not None:
         metrics.start()

@@ -216,6 +216,7 @@ class Runner:
                 from bridge.amqp.live import LiveForwarder
 
                 self.live = LiveForwarder(cfg)
+                self.live.attach(edge.server.log)  # woken by the edge's commits
                 self.live.start()
             if metrics is not None:
                 metrics.start()
