@@ -858,6 +858,7 @@ class _Bench:
                 lg.stop()
                 off = ["amqp.url=", *capture]
                 lg.start(off, o.startup_timeout)
+                job.live = False  # nothing forwards now: the backlog is the job's lag alone
                 # the checkpoint has batches already: wait for this incarnation's query, then
                 # let it run a few batches of a warm-up before the steps
                 if not await _await(lambda: "job started:" in lg.log_text(), o.startup_timeout):

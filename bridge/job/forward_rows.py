@@ -45,17 +45,17 @@ def forward_rows_of(table: "pa.Table") -> list[dict[str, Any]]:
     t = table.filter(forward_mask(table))
     if t.num_rows > 1:
         t = t.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    cols = ["packet_type", "topic", "rel_topic", "packet_id", "qos", *_PUB_ONLY, *_COORDS]
+    # column by column (to_pydict), then zipped: a third of to_pylist's cost per row
+    d = t.select(["packet_type", "topic", "rel_topic", "packet_id", "qos", *_PUB_ONLY, *_COORDS]).to_pydict()
+    names = ("kind", "topic", "packet_id", "qos", *_PUB_ONLY, *_COORDS)
+    pub_none = (None,) * len(_PUB_ONLY)
     out = []
-    for r in t.select(cols).to_pylist():
-        pub = r["packet_type"] == PUBLISH
-        row = {"kind": "publish" if pub else "pubrel",
-               "topic": r["topic"] if pub else r["rel_topic"],
-               "packet_id": r["packet_id"],
-               "qos": r["qos"] if pub else 2}
-        for c in _PUB_ONLY:
-            row[c] = r[c] if pub else None
-        for c in _COORDS:
-            row[c] = r[c]
-        out.append(row)
+    for ptype, topic, rel_topic, packet_id, qos, *rest in zip(
+            d["packet_type"], d["topic"], d["rel_topic"], d["packet_id"], d["qos"],
+            *(d[c] for c in _PUB_ONLY), *(d[c] for c in _COORDS)):
+        if ptype == PUBLISH:
+            values = ("publish", topic, packet_id, qos, *rest)
+        else:
+            values = ("pubrel", rel_topic, packet_id, 2, *pub_none, *rest[len(_PUB_ONLY):])
+        out.append(dict(zip(names, values)))
     return out
