@@ -238,9 +238,10 @@ class AmqpConfig:
     #: micro-batch) or "auto" (``lakegate run``: the edge; ``lakegate
     #: process`` and spark-submit: the job; ``lakegate edge``: nobody).
     forward_by: str = "auto"
-    #: Live forwarding (``forward_by`` edge): how often it looks for new
-    #: durable records, and the most records it forwards in one range.
-    live_interval_ms: int = 50
+    #: Live forwarding: the gap after a range before the next (records
+    #: gather; idle, it waits for the edge's next commit), and the most
+    #: records it forwards in one range.
+    live_interval_ms: int = 100
     live_max_records: int = 20000
 
 
@@ -277,7 +278,12 @@ class TapConfig:
 class JobConfig:
     """The streaming job (``jobs/process_packets.py``, ``lakegate process``)."""
 
-    trigger_interval_s: float = 1.0
+    #: A micro-batch at most this often. 5 s: the efficiency mode (issue 25).
+    #: With live forwarding (``lakegate run``'s default) the trigger decides
+    #: only how fresh the tables are; a job that forwards (``amqp.forward_by
+    #: = "job"``, ``lakegate process``, spark-submit) adds it to AMQP
+    #: latency: set 1 s or less there (the latency mode).
+    trigger_interval_s: float = 5.0
     max_records_per_trigger: int = 100000
     query_name: str = "lakegate"
     #: a batch with at most this many rows to forward is forwarded from the
