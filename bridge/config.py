@@ -284,7 +284,7 @@ class JobConfig:
     #: = "job"``, ``lakegate process``, spark-submit) adds it to AMQP
     #: latency: set 1 s or less there (the latency mode).
     trigger_interval_s: float = 5.0
-    max_records_per_trigger: int = 100000
+    max_records_per_trigger: int = 500000
     query_name: str = "lakegate"
     #: a batch with at most this many rows to forward is forwarded from the
     #: driver (the batch is there already: no Spark job, no Python worker);
