@@ -172,7 +172,8 @@ class LiveForwarder:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="lakegate-live-forwarder", daemon=True)
         self._thread.start()
-        log.info("live forwarding: every %d ms, up to %d records a range, as capture log consumer %r",
+        log.info("live forwarding: %s, %d ms between ranges, up to %d records a range, as capture log consumer %r",
+                 "woken by the edge's commits" if self._attached else "looking once an interval when idle",
                  self.config.amqp.live_interval_ms, self.config.amqp.live_max_records, CONSUMER)
 
     def stop(self, drain_s: float = 10.0) -> None:

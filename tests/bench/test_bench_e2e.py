@@ -35,7 +35,9 @@ def _lat_ok(d: dict, qs=("p50", "p95", "p99")) -> None:
                     reason="mosquitto is not installed (scripts/services up installs it)")
 def test_bench_e2e_quick_json(rabbitmq):
     proc = subprocess.run(
-        [sys.executable, "-m", "bridge", "bench", "e2e", "--quick", "--json", "--set", f"amqp.url={rabbitmq}"],
+        # a 1 s trigger keeps lakegate's steps short (a step spans six triggers)
+        [sys.executable, "-m", "bridge", "bench", "e2e", "--quick", "--json", "--set", f"amqp.url={rabbitmq}",
+         "--set", "job.trigger_interval_s=1"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=420)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     out = json.loads(proc.stdout)
