@@ -328,17 +328,16 @@ class LiveForwarder:
             log.debug("live forwarding: status file not written: %s", exc)
 
     def _record_marks(self, work: list[tuple[int, int, int]]) -> None:
-        now = time.monotonic()
-        sync = now - self._last_sync >= MARK_SYNC_S
+        """Raise the marks to the ranges' ends now (the edge's ``ack_after =
+        "forward"`` sees them at once); fsynced with the consumer commit."""
         for p, _, e in work:
-            self.marks.record(p, e - 1, sync=sync)
-        if sync:
-            self._sync(force=True)
-        else:
-            self._unsynced = True
+            self.marks.record(p, e - 1, sync=False)
+        self._unsynced = True
+        self._sync()
 
     def _sync(self, force: bool = False) -> None:
-        """Commit the cursor as the capture consumer (and note the marks synced)."""
+        """At most once per ``MARK_SYNC_S`` (or now: ``force``), fsync the
+        marks written since and commit the cursor as the capture consumer."""
         if self._cursor is None or not (force or (self._unsynced and
                                                   time.monotonic() - self._last_sync >= MARK_SYNC_S)):
             return

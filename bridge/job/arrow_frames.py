@@ -54,13 +54,14 @@ class _Headers:
 
     def __init__(self, headers: "pa.Array", n: int) -> None:
         import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         flat = pc.list_flatten(headers)
         self.n = n
         self.parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
         encoded = pc.dictionary_encode(flat.field("key"))
-        if isinstance(encoded, pa_chunked()):
+        if isinstance(encoded, pa.ChunkedArray):
             encoded = encoded.combine_chunks()
         self.codes = encoded.indices.to_numpy(zero_copy_only=False)
         self.code_of = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
@@ -85,12 +86,6 @@ class _Headers:
         slot = np.full(self.n, -1, dtype=np.int64)
         slot[rows] = at
         return self.values.take(pa.array(slot, mask=slot < 0))
-
-
-def pa_chunked():
-    import pyarrow as pa
-
-    return pa.ChunkedArray
 
 
 def _cast(arr: "pa.Array", type_name: str) -> "pa.Array":
