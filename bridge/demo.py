@@ -328,8 +328,7 @@ class Demo:
         if read_live_status(self.config.data_path) is None:
             return True
         marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
-        ends = LogReader(self.config.capture_dir).durable_offsets()
-        return all(marks.get(p) + 1 >= n for p, n in enumerate(ends))
+        return marks.behind(LogReader(self.config.capture_dir).durable_offsets()) == 0
 
     def _alarm_line(self, counter: "_Counter") -> str:
         """Whether the alarm (5 s Message Expiry Interval) made it to AMQP in

@@ -82,6 +82,12 @@ class ForwardedOffsets:
             os.replace(tmp, target)
             return int(offset)
 
+    def behind(self, ends) -> int:
+        """Records not forwarded yet: per partition, ``ends`` (partition ->
+        durable end offset, keys int or str) minus the mark + 1, summed."""
+        items = ends.items() if hasattr(ends, "items") else enumerate(ends)
+        return sum(max(0, int(n) - (self.get(int(p)) + 1)) for p, n in items)
+
     def sync(self, partition: int) -> None:
         """fsync the mark of ``partition`` (written with ``sync=False``)."""
         try:

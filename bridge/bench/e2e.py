@@ -565,8 +565,7 @@ class _JobProbe(_Probe):
         if self.live:
             from bridge.amqp.forwarded import ForwardedOffsets
 
-            marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
-            behind = max(behind, sum(max(0, n - (marks.get(int(p)) + 1)) for p, n in ends.items()))
+            behind = max(behind, ForwardedOffsets(self.config.data_path, self.config.capture.stream).behind(ends))
         return new, behind
 
     def reset(self) -> None:

@@ -336,14 +336,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
+    if _job_forwards(config):
+        forwarding = f"the job forwards (from the driver up to {config.job.forward_on_driver_max_rows} rows)"
+    elif config.amqp.url:
+        forwarding = "forwarding live, outside the job (amqp.forward_by=job: in the job)"
+    else:
+        forwarding = "forwarding off"
     print(f"bench job: {args.records} records, {args.batch} per batch, trigger "
-          f"{config.job.trigger_interval_s:g} s, "
-          + (f"the job forwards (from the driver up to {config.job.forward_on_driver_max_rows} rows), "
-             if _job_forwards(config) else
-             ("forwarding live, outside the job (amqp.forward_by=job: in the job), " if config.amqp.url
-              else "forwarding off, "))
-          + 
-          f"{args.repeat} runs per side (medians)")
+          f"{config.job.trigger_interval_s:g} s, {forwarding}, {args.repeat} runs per side (medians)")
     for side in ("floor", "job"):
         s = med[side]
         print(f"  {side:5s} wall p50 {s['wall_p50_s']} s p99 {s['wall_p99_s']} s  "

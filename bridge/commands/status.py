@@ -78,7 +78,6 @@ def _live(config: Config, log_end: dict[str, int]) -> dict | None:
     st = read_live_status(config.data_path)
     if st is None:
         return None
-    marks = ForwardedOffsets(config.data_path, config.capture.stream)
-    behind = sum(max(0, int(n) - (marks.get(int(p)) + 1)) for p, n in log_end.items())
+    behind = ForwardedOffsets(config.data_path, config.capture.stream).behind(log_end)
     return {**{k: st.get(k, 0) for k in ("forwarded", "expired", "unforwardable", "records", "cycles")},
             "behind": behind, "time": st.get("time")}

@@ -208,11 +208,12 @@ class Runner:
         pid_file = cfg.data_path / RUN_PID_FILE
         wrote_pid = False
         self._query = None
-        live = (lambda: self.live) if forwards_live(cfg, hosts_edge=True, runs_job=True) else None
-        metrics = metrics_server(cfg, edge, self._query_active, live=live)  # ConfigError when its port is taken
+        live = forwards_live(cfg, hosts_edge=True, runs_job=True)
+        metrics = metrics_server(cfg, edge, self._query_active,  # ConfigError when its port is taken
+                                 live=(lambda: self.live) if live else None)
         try:
             addresses = edge.start()
-            if forwards_live(cfg, hosts_edge=True, runs_job=True):
+            if live:
                 from bridge.amqp.live import LiveForwarder
 
                 self.live = LiveForwarder(cfg)
