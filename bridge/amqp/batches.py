@@ -22,7 +22,6 @@ import threading
 import time
 from typing import Any
 
-from proton import Delivery
 
 from bridge.amqp.links import AddressLink
 from bridge.amqp.mapping import Outgoing
@@ -71,7 +70,7 @@ class Item:
         self.attempts = 0  # failed attempts so far
         self.faults = 0  # ... of which rejected for the message's own sake (retry.MESSAGE_FAULT_CONDITIONS)
         self.size = 0  # bytes of the last encoding sent
-        self.delivery: Delivery | None = None
+        self.delivery: int | None = None  # its delivery in flight: key into Engine.deliveries
         self.sent_at = 0.0
         self.not_before = 0.0
         self.done = False

@@ -132,6 +132,7 @@ class ConnectionEvents:
             for item in items:
                 self._fail_item(item, link, f"connection lost with no disposition ({condition})", requeue=False)
             self._requeue(link, [i for i in items if not i.done and i.batch.error is None])
+        self._forget_all()  # QoS 0 deliveries still held
         if not self.batches:
             if was_up:
                 log.info("AMQP connection to %s closed: %s", self.url, condition)
@@ -184,7 +185,7 @@ class ConnectionEvents:
                 self._attach_failed(link, condition)
             for item in items:
                 if suspects:  # the attaching link is to blame: resend, uncounted
-                    item.delivery = None
+                    self._forget(item)
                 else:
                     self._fail_item(item, link, f"session ended: {condition}", requeue=False)
             self._requeue(link, [i for i in items if not i.done and i.batch.error is None])

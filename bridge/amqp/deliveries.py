@@ -11,6 +11,12 @@ for its own sake on every attempt (:func:`~bridge.amqp.retry.message_fault`):
 that one is quarantined as ``LG-amqp-rejected`` and the batch goes on; so is,
 without being sent, a message larger than its link's max-message-size.
 
+The per-message work runs on proton's C API (:mod:`bridge.amqp.reactor`):
+``_transfer`` sends with :func:`~bridge.amqp.reactor.send` and keeps the
+delivery in ``Engine.deliveries`` (key: its address); an *accepted*
+disposition is settled by :meth:`Deliveries.fast_delivery` before proton
+wraps the event; every other outcome reaches :meth:`Deliveries.on_delivery`.
+
 :class:`Deliveries` is a part of :class:`~bridge.amqp.engine.Engine` and works on
 its attributes; it runs only on the Forwarder's thread.
 """
@@ -22,9 +28,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from cproton_ffi import lib
 from proton import Delivery
 
 from bridge.amqp.mapping import LINK_QOS01, LINK_QOS2, wire_bytes
+from bridge.amqp.reactor import PN_ACCEPTED, delivery_key, release, send
 from bridge.amqp.results import ForwardError
 from bridge.amqp.retry import backoff, delivery_outcome, message_fault
 from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, rejected, unforwardable
@@ -41,6 +49,32 @@ log = logging.getLogger("bridge.amqp")
 class Deliveries:
     """The pump, the in-order send, transfers, dispositions, retries of messages."""
 
+    def fast_delivery(self, d: Any) -> bool:
+        """A ``PN_DELIVERY`` event's raw delivery, before proton wraps it
+        (:class:`~bridge.amqp.reactor.FastContainer`): an *accepted* outcome
+        of one of ours is settled and counted here; anything else (not ours,
+        another outcome) returns False and reaches :meth:`on_delivery`."""
+        key = delivery_key(d)
+        entry = self.deliveries.get(key)
+        if entry is None:
+            return False
+        if not lib.pn_delivery_updated(d):
+            return True
+        if lib.pn_delivery_remote_state(d) != PN_ACCEPTED:
+            return False
+        del self.deliveries[key]
+        release(d, settle=True)
+        item, link = entry[1], entry[2]
+        if item is None:  # QoS 0: done when sent
+            return True
+        item.delivery = None
+        link.inflight.pop(item.seq, None)
+        if item.batch.error is None:
+            self.progress = True
+            self._item_done(item, "accepted")
+        self.pump()
+        return True
+
     def on_delivery(self, event: Any) -> None:
         dlv = event.delivery
         lnk = dlv.link
@@ -50,14 +84,16 @@ class Deliveries:
         terminal = state in (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
         if not terminal and not dlv.settled:
             return  # e.g. RECEIVED: not an outcome
-        item = getattr(dlv, "lg_item", None)
+        entry = self.deliveries.pop(delivery_key(dlv._impl), None)
+        item = entry[1] if entry is not None else None
         outcome = "accepted" if state == Delivery.ACCEPTED else delivery_outcome(dlv)
         fault = message_fault(dlv) is not None
-        current = item is not None and item.delivery is not None and item.delivery == dlv
         link = self.by_name.get(lnk.name)
         dlv.settle()  # first: frees it; second: lets the receiver settle
-        if not current:
-            if item is None and state != Delivery.ACCEPTED:
+        if entry is not None:
+            release(entry[0])
+        if item is None:
+            if entry is not None and state != Delivery.ACCEPTED:
                 log.debug("AMQP QoS 0 message not accepted: %s", outcome)
             return
         item.delivery = None
@@ -73,6 +109,23 @@ class Deliveries:
             self._fail_item(item, link, outcome, fault=fault)
         self.pump()
 
+    def _forget(self, item: Item) -> None:
+        """``item`` has no delivery in flight any more (its link or connection
+        is gone, or it was abandoned): let go of the one it had."""
+        if item.delivery is not None:
+            entry = self.deliveries.pop(item.delivery, None)
+            if entry is not None:
+                release(entry[0])
+            item.delivery = None
+
+    def _forget_all(self) -> None:
+        """The connection is gone: let go of every delivery still held."""
+        entries, self.deliveries = self.deliveries, {}
+        for d, item, _ in entries.values():
+            release(d)
+            if item is not None:
+                item.delivery = None
+
     def _fail_item(self, item: Item, link: AddressLink | None, outcome: str, requeue: bool = True,
                    fault: bool = False) -> None:
         """A failed attempt of ``item``; ``fault``: the peer rejected it for
@@ -82,8 +135,7 @@ class Deliveries:
         item.attempts += 1
         if fault:
             item.faults += 1
-        if item.delivery is not None:
-            item.delivery = None
+        self._forget(item)
         if item.attempts > self.cfg.max_retries:
             out = item.out
             if item.faults == item.attempts:  # the same bytes refused every time: the message's fault
@@ -168,7 +220,7 @@ class Deliveries:
         while links:
             link = links[0] if len(links) == 1 or links[0].queue[0].seq < links[1].queue[0].seq else links[1]
             item = link.queue[0]
-            if link.state != "up" or link.sender.credit <= 0 or item.not_before > now:
+            if link.state != "up" or lib.pn_link_credit(link.impl) <= 0 or item.not_before > now:
                 return
             link.queue.popleft()
             self._transfer(link, item, now, wall)
@@ -199,8 +251,8 @@ class Deliveries:
         if data is None:
             self._item_done(item, "expired")
             return
-        s = link.sender
-        limit = s.remote_max_message_size  # 0: the peer set no limit
+        impl = link.impl
+        limit = lib.pn_link_remote_max_message_size(impl)  # 0: the peer set no limit
         if limit and len(data) > limit:  # the peer would refuse it every time: not sent
             item.batch.result.failures.append(rejected(
                 out, f"amqp:link:message-size-exceeded: {out.kind} {out.key} is {len(data)} bytes encoded, "
@@ -209,19 +261,19 @@ class Deliveries:
             self._item_done(item, "unforwardable")
             return
         item.size = len(data)
-        dlv = s.delivery(str(item.seq))
-        s.stream(data)
-        s.advance()
+        d = send(impl, str(item.seq).encode(), data)
+        key = delivery_key(d)
         r = item.batch.result
         r.transfers += 1
         if item.attempts:
             r.retried += 1
         link.last_used = now
         if out.qos == 0:
+            self.deliveries[key] = (d, None, link)  # its disposition is settled, not awaited
             self._item_done(item, "qos0")
             return
-        dlv.lg_item = item
-        item.delivery = dlv
+        self.deliveries[key] = (d, item, link)
+        item.delivery = key
         item.sent_at = now
         link.inflight[item.seq] = item
-        self.inflight_order.append((now, item, dlv))
+        self.inflight_order.append((now, item, key))

@@ -30,6 +30,7 @@ from bridge.amqp.connection import ConnectionEvents, peer_url
 from bridge.amqp.deliveries import Deliveries
 from bridge.amqp.links import AddressLink, LinkEvents, qos2_rcv_second, rcv_mode_name, snd_mode_name
 from bridge.amqp.mapping import PROFILES
+from bridge.amqp.reactor import release
 from bridge.amqp.results import ForwardError
 from bridge.config import AmqpConfig
 
@@ -73,7 +74,9 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
         self.links: dict[tuple[str, str], AddressLink] = {}
         self.by_name: dict[str, AddressLink] = {}
         self.dirty: set[AddressLink] = set()
-        self.inflight_order: collections.deque[tuple[float, Item, Any]] = collections.deque()
+        self.inflight_order: collections.deque[tuple[float, Item, int]] = collections.deque()
+        #: deliveries sent and not settled: delivery_key -> (held pn_delivery_t *, item or None for QoS 0, link)
+        self.deliveries: dict[int, tuple[Any, Item | None, AddressLink]] = {}
         self.batches: list[Batch] = []
         self.good: set[tuple[str, str]] = set()
         self.careful = False
@@ -133,6 +136,7 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
             self.session.close()
         if self.conn is not None:
             self.conn.close()
+        self._forget_all()
         self.injector.close()
         if self.conn is None:
             self.container.stop()
@@ -145,17 +149,20 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
             # deliveries without a disposition
             order = self.inflight_order
             while order:
-                sent_at, item, dlv = order[0]
-                if item.delivery is None or item.delivery != dlv or item.done:
+                sent_at, item, key = order[0]
+                if item.delivery is None or item.delivery != key or item.done:
                     order.popleft()
                     continue
                 if now - sent_at < timeout:
                     break
                 order.popleft()
-                link = self.by_name.get(dlv.link.name)
-                dlv.settle()  # abandon: a later disposition is ignored
-                if link is not None:
+                entry = self.deliveries.pop(key, None)
+                link = None
+                if entry is not None:
+                    release(entry[0], settle=True)  # abandon: a later disposition is ignored
+                    link = entry[2]
                     link.inflight.pop(item.seq, None)
+                item.delivery = None
                 self._fail_item(item, link, f"no disposition within {timeout:g}s")
             # connecting or attaching for too long
             if self.conn is not None and not self.conn_up and now - self.conn_started > timeout:

@@ -46,7 +46,7 @@ def qos2_rcv_second(config: AmqpConfig) -> bool:
 
 
 class AddressLink:
-    __slots__ = ("key", "address", "cls", "sender", "state", "queue", "inflight", "last_used",
+    __slots__ = ("key", "address", "cls", "sender", "impl", "state", "queue", "inflight", "last_used",
                  "not_before", "attach_failures", "attach_started", "last_condition", "name")
 
     def __init__(self, address: str, cls: str) -> None:
@@ -54,6 +54,7 @@ class AddressLink:
         self.address = address
         self.cls = cls
         self.sender: Any = None
+        self.impl: Any = None  # the sender's pn_link_t * (reactor.send)
         self.state = "idle"  # idle | attaching | up
         self.queue: collections.deque[Item] = collections.deque()
         self.inflight: dict[int, Item] = {}  # item.seq -> item
@@ -78,6 +79,7 @@ class LinkEvents:
         s.rcv_settle_mode = Link.RCV_SECOND if (link.cls == LINK_QOS2 and self.qos2_rcv) else Link.RCV_FIRST
         s.open()
         link.sender = s
+        link.impl = s._impl
         link.state = "attaching"
         link.attach_started = time.monotonic()
         self.by_name[link.name] = link
@@ -86,6 +88,7 @@ class LinkEvents:
         if link.name:
             self.by_name.pop(link.name, None)
         link.sender = None
+        link.impl = None
         link.state = "idle"
         link.name = ""
 

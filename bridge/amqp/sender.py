@@ -115,7 +115,7 @@ class Forwarder:
         cid = name or f"{config.container_id}/{socket.gethostname()}/{os.getpid()}/{next(_ids)}"
         self.container_id = cid
         self._engine = Engine(config, cid)
-        self._container = container(self._engine)
+        self._container = container(self._engine, fast_delivery=self._engine.fast_delivery)
         self._container.container_id = cid
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -58,13 +58,15 @@ def encode_value(v: Any) -> bytes:
     if v is None:
         return b"\x40"
     t = type(v)
+    if t is str:
+        raw = v.encode("utf-8")
+        n = len(raw)
+        return (b"\xa1" + bytes((n,)) if n <= 255 else b"\xb1" + _pack_I(n)) + raw
+    if t is symbol:
+        return _symbol(v)
     if t is bool:
         return b"\x41" if v else b"\x42"
-    if t is symbol:
-        return _variable(0xA3, 0xB3, v.encode("ascii"))
-    if t is str:
-        return _variable(0xA1, 0xB1, v.encode("utf-8"))
-    if t in (bytes, bytearray, memoryview):
+    if t is bytes or t is bytearray or t is memoryview:
         return _variable(0xA0, 0xB0, bytes(v))
     if t is ulong:
         if v == 0:
@@ -82,19 +84,32 @@ def encode_value(v: Any) -> bytes:
         if v == 0:
             return b"\x43"
         return b"\x52" + bytes((v,)) if v <= 255 else b"\x70" + _pack_I(v)
-    if t in (list, tuple):
-        return _compound(0xC0, 0xD0, len(v), b"".join(encode_value(x) for x in v))
-    if isinstance(v, Mapping):
-        body = b"".join(encode_value(k) + encode_value(x) for k, x in v.items())
+    if t is list or t is tuple:
+        return _compound(0xC0, 0xD0, len(v), b"".join([encode_value(x) for x in v]))
+    if t is dict or isinstance(v, Mapping):
+        body = b"".join([encode_value(k) + encode_value(x) for k, x in v.items()])
         return _compound(0xC1, 0xD1, 2 * len(v), body)
     raise TypeError(f"no AMQP encoding for {t.__name__}")
+
+
+_SYMBOLS: dict[str, bytes] = {}
+
+
+def _symbol(v: str) -> bytes:
+    """A symbol's encoding; the few the mapping uses (annotation keys) are kept."""
+    out = _SYMBOLS.get(v)
+    if out is None:
+        out = _variable(0xA3, 0xB3, v.encode("ascii"))
+        if len(_SYMBOLS) < 1024:
+            _SYMBOLS[v] = out
+    return out
 
 
 def _fields(values: list[Any]) -> bytes:
     """A section's field list, trailing nulls left out."""
     while values and values[-1] is None:
         values.pop()
-    return _compound(0xC0, 0xD0, len(values), b"".join(encode_value(x) for x in values))
+    return _compound(0xC0, 0xD0, len(values), b"".join([encode_value(x) for x in values]))
 
 
 def encode_header(durable: bool, ttl_ms: int | None, delivery_count: int) -> bytes:

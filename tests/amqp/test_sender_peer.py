@@ -290,3 +290,56 @@ def test_tls_with_the_configured_ca(tmp_path):
         with Forwarder(cfg(url, max_retries=0)) as fwd:  # the system CAs do not know it
             with pytest.raises(ForwardError, match=r"^AMQP connection to amqps://localhost:\d+ failed: .*certificate"):
                 fwd.forward(rows("a", 1, qos=1))
+
+
+# ------------------------------------------------------------------ the disposition fast path
+def _count_fast(fwd: Forwarder) -> dict[str, int]:
+    """Wrap the container's fast_delivery to count what it handled and passed on."""
+    counts = {"handled": 0, "passed": 0}
+    inner = fwd._container.fast_delivery
+
+    def counting(d):
+        ok = inner(d)
+        counts["handled" if ok else "passed"] += 1
+        return ok
+
+    fwd._container.fast_delivery = counting
+    return counts
+
+
+def test_accepted_outcomes_take_the_fast_path_and_nothing_stays_held():
+    with FakePeer() as peer, Forwarder(cfg(peer.url)) as fwd:
+        counts = _count_fast(fwd)
+        res = fwd.forward(rows("a", 50, qos=1) + rows("a", 10, qos=0, start=50))
+        assert (res.accepted, res.qos0) == (50, 10)
+        assert peer.wait(lambda p: len(p.messages) == 60)
+        assert peer.wait(lambda p: not fwd._engine.deliveries, timeout=5)  # QoS 0 dispositions settled too
+        assert counts["handled"] >= 50 and counts["passed"] == 0
+
+
+@pytest.mark.parametrize("outcome", ["reject", "release", "modify"])
+def test_other_outcomes_leave_the_fast_path_for_on_delivery_and_are_released(outcome):
+    policy = lambda p, a, m, n: outcome if n == 1 else "accept"  # noqa: E731
+    with FakePeer(policy=policy) as peer, Forwarder(cfg(peer.url)) as fwd:
+        counts = _count_fast(fwd)
+        res = fwd.forward(rows("a", 10, qos=1))
+        assert (res.accepted, res.retried) == (10, 10)
+        assert counts["passed"] == 10 and counts["handled"] >= 10
+        assert not fwd._engine.deliveries
+
+
+def test_a_lost_connection_releases_every_held_delivery():
+    port = free_port()
+    first = FakePeer(policy=lambda p, a, m, n: "hold")
+    first.port, first.url = port, f"amqp://127.0.0.1:{port}"
+    with Forwarder(cfg(first.url, retry_backoff_s=0.05, max_retries=6)) as fwd:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            with first:
+                fut = pool.submit(fwd.forward, rows("a", 20, qos=1) + rows("a", 5, qos=0, start=20))
+                assert first.wait(lambda p: len(p.messages) == 25)
+                assert len(fwd._engine.deliveries) == 25  # held while unsettled
+            second = FakePeer()
+            second.port, second.url = port, first.url
+            with second:
+                assert fut.result(timeout=20).accepted == 20
+                assert second.wait(lambda p: not fwd._engine.deliveries, timeout=5)
