@@ -238,9 +238,10 @@ class AmqpConfig:
     #: micro-batch) or "auto" (``lakegate run``: the edge; ``lakegate
     #: process`` and spark-submit: the job; ``lakegate edge``: nobody).
     forward_by: str = "auto"
-    #: Live forwarding: the gap after a range before the next (records
-    #: gather; idle, it waits for the edge's next commit), and the most
-    #: records it forwards in one range.
+    #: Live forwarding: how long after a range began the next one starts
+    #: (at once if the range took longer; records gather meanwhile; idle,
+    #: it waits for the edge's next commit), and the most records it
+    #: forwards in one range.
     live_interval_ms: int = 100
     live_max_records: int = 20000
 
