@@ -5,6 +5,7 @@ the same batch: every kind of frame row, both filters, every column."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from bridge.capture import CaptureLog
 from bridge.config import load_config
@@ -55,3 +56,20 @@ def test_driver_forward_rows_equal_select_forward_on_the_same_batch(spark, tmp_p
     assert [r["kind"] for r in ours].count("pubrel") == 2
     assert forward_rows_of(table.slice(0, 0)) == []
     assert isinstance(table, pa.Table)
+
+
+@pytest.mark.parametrize("values, typ", [
+    ([1, 2, 3], pa.int32()), ([1, None, 3], pa.int64()), ([None, None], pa.int32()),
+    ([True, False], pa.bool_()), ([1.5, 2.25], pa.float64()),
+    (["a/1", "b", "a/1", "ü"], pa.string()), (["a", None], pa.string()), ([None, None], pa.string()),
+    ([b"x", b""], pa.binary()), ([[{"key": "k", "value": "v"}], None], pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))),
+])
+def test_pylist_gives_what_to_pylist_gives(values, typ):
+    from bridge.job.forward_rows import _pylist
+
+    arr = pa.array(values, typ)
+    chunked = pa.chunked_array([arr.slice(0, 1), arr.slice(1)], typ)
+    for col in (arr, chunked):
+        got = _pylist(col)
+        assert got == col.to_pylist()
+        assert [type(v) for v in got] == [type(v) for v in col.to_pylist()]
