@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from proton import Message, int32, symbol, timestamp, ubyte, ulong
 
@@ -97,9 +97,8 @@ class MappingError(ValueError):
     """A row cannot become an AMQP message (e.g. it has no topic)."""
 
 
-@dataclass(frozen=True)
-class Ctx:
-    """What a rule may look at besides the row."""
+class Ctx(NamedTuple):
+    """What a rule may look at besides the row (a tuple: made per row, cheaply)."""
 
     now: float  # epoch seconds: the send time
     address_template: str
@@ -294,8 +293,23 @@ def address_for(topic: str, template: str) -> str:
     """The AMQP target address for ``topic`` through ``amqp.address_template``.
 
     ``{topic}`` is the topic verbatim, ``{routing_key}`` is :func:`routing_key`;
-    other braces in the template are left alone.
+    other braces in the template are left alone. Kept for the last 4,096
+    (topic, template) pairs: devices publish to the same topics again.
     """
+    key = (topic, template)
+    out = _ADDRESSES.get(key)
+    if out is None:
+        out = _address_for(topic, template)
+        if len(_ADDRESSES) >= 4096:
+            _ADDRESSES.clear()
+        _ADDRESSES[key] = out
+    return out
+
+
+_ADDRESSES: dict[tuple[str, str], str] = {}
+
+
+def _address_for(topic: str, template: str) -> str:
     out = template
     if "{routing_key}" in out:
         out = out.replace("{routing_key}", routing_key(topic))
@@ -512,33 +526,64 @@ def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template:
     exp = out.expires_at
     if exp is not None and remaining_ms(exp, now) <= 0:
         return out
-    ctx = Ctx(now=now, address_template=address_template, expires_at=exp)
+    ctx = Ctx(now, address_template, exp)
     ann: dict = {}
-    props: dict = {}
+    props: list = [None] * 13
     app: dict = {}
     body = None
-    for rule in rules:
-        value = rule.value(row, ctx)
+    for code, key, fn in _plan(rules):
+        value = fn(row, ctx)
         if value is None:
             continue
-        s = rule.section
-        if s == HEADER:
-            if rule.name == "durable":
-                out.durable = bool(value)
-            elif rule.name == "delivery-count":
-                out.delivery_count = int(value)
-        elif s == ANNOTATIONS:
-            ann[symbol(rule.name)] = value
-        elif s == PROPERTIES:
-            props[rule.name] = value
-        elif s == APP_PROPERTIES:
-            if rule.name == "<key>":
-                app.update(value)
-            else:
-                app[rule.name] = value
-        elif s == BODY:
+        if code == _P_PROPERTY:
+            props[key] = value
+        elif code == _P_ANNOTATION:
+            ann[key] = value
+        elif code == _P_APP:
+            app[key] = value
+        elif code == _P_APP_ALL:
+            app.update(value)
+        elif code == _P_BODY:
             body = value
+        elif code == _P_DURABLE:
+            out.durable = bool(value)
+        elif code == _P_DELIVERY_COUNT:
+            out.delivery_count = int(value)
     out.tail = encode_tail(ann, props, app, body)
+    return out
+
+
+_P_PROPERTY, _P_ANNOTATION, _P_APP, _P_APP_ALL, _P_BODY, _P_DURABLE, _P_DELIVERY_COUNT, _P_NONE = range(8)
+_PLANS: dict[int, tuple[tuple[Rule, ...], tuple[tuple[int, Any, Callable[[Mapping[str, Any], Ctx], Any]], ...]]] = {}
+
+
+def _plan(rules: tuple[Rule, ...]) -> tuple[tuple[int, Any, Callable[[Mapping[str, Any], Ctx], Any]], ...]:
+    """A rule table as :func:`encode_row` walks it: (what to do, where, the rule's
+    function) per rule, in the table's order; made once per table."""
+    got = _PLANS.get(id(rules))
+    if got is not None and got[0] is rules:
+        return got[1]
+    from bridge.amqp.wire import PROPERTY_INDEX
+
+    plan = []
+    for r in rules:
+        if r.section == HEADER:
+            code = {"durable": _P_DURABLE, "delivery-count": _P_DELIVERY_COUNT}.get(r.name, _P_NONE)
+            key: Any = None
+        elif r.section == ANNOTATIONS:
+            code, key = _P_ANNOTATION, symbol(r.name)
+        elif r.section == PROPERTIES:
+            code, key = _P_PROPERTY, PROPERTY_INDEX[r.name]
+        elif r.section == APP_PROPERTIES:
+            code, key = (_P_APP_ALL, None) if r.name == "<key>" else (_P_APP, r.name)
+        elif r.section == BODY:
+            code, key = _P_BODY, None
+        else:  # pragma: no cover - a table error
+            raise MappingError(f"no way to set {r.section} field {r.name!r}")
+        # header ttl is encoded at send time (wire_bytes); its rule is evaluated for map_row only
+        plan.append((code, key, r.value))
+    out = tuple(p for p in plan if p[0] != _P_NONE)
+    _PLANS[id(rules)] = (rules, out)
     return out
 
 

@@ -123,19 +123,26 @@ def encode_header(durable: bool, ttl_ms: int | None, delivery_count: int) -> byt
     ])
 
 
-_PROPERTY_INDEX = {"message-id": 0, "to": 2, "subject": 3, "reply-to": 4, "correlation-id": 5, "content-type": 6,
-                   "absolute-expiry-time": 8}
+#: the properties section's fields by name (OASIS AMQP 1.0, part 3.2.4)
+PROPERTY_INDEX = {"message-id": 0, "user-id": 1, "to": 2, "subject": 3, "reply-to": 4, "correlation-id": 5,
+                  "content-type": 6, "content-encoding": 7, "absolute-expiry-time": 8, "creation-time": 9,
+                  "group-id": 10, "group-sequence": 11, "reply-to-group-id": 12}
 
 
-def encode_tail(annotations: dict, properties: dict[str, Any], app_properties: dict, body: bytes | None) -> bytes:
-    """Every section after the header, in the order AMQP requires."""
+def encode_tail(annotations: dict, properties: "dict[str, Any] | list", app_properties: dict, body: bytes | None) -> bytes:
+    """Every section after the header, in the order AMQP requires;
+    ``properties`` by name, or as the section's field list
+    (``PROPERTY_INDEX``; trailing None left out)."""
     out = []
     if annotations:
         out.append(_ANNOTATIONS + encode_value(annotations))
-    if properties:
-        fields: list[Any] = [None] * 9
+    if isinstance(properties, dict):
+        fields: list[Any] = [None] * 13
         for name, value in properties.items():
-            fields[_PROPERTY_INDEX[name]] = value
+            fields[PROPERTY_INDEX[name]] = value
+    else:
+        fields = list(properties)
+    if any(v is not None for v in fields):
         out.append(_PROPERTIES + _fields(fields))
     if app_properties:
         out.append(_APP_PROPERTIES + encode_value(app_properties))
