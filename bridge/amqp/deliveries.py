@@ -56,11 +56,7 @@ class Deliveries:
         another outcome) returns False and reaches :meth:`on_delivery`."""
         key = delivery_key(d)
         entry = self.deliveries.get(key)
-        if entry is None:
-            return False
-        if not lib.pn_delivery_updated(d):
-            return True
-        if lib.pn_delivery_remote_state(d) != PN_ACCEPTED:
+        if entry is None or lib.pn_delivery_remote_state(d) != PN_ACCEPTED:
             return False
         del self.deliveries[key]
         release(d, settle=True)
@@ -217,13 +213,19 @@ class Deliveries:
         proton an event)."""
         links = [lk for lk in (self.links.get((address, LINK_QOS01)), self.links.get((address, LINK_QOS2)))
                  if lk is not None and self._head(lk) is not None]
+        credit: dict[AddressLink, int] = {}  # per link, read once, then counted down here
         while links:
             link = links[0] if len(links) == 1 or links[0].queue[0].seq < links[1].queue[0].seq else links[1]
             item = link.queue[0]
-            if link.state != "up" or lib.pn_link_credit(link.impl) <= 0 or item.not_before > now:
+            if link.state != "up" or item.not_before > now:
+                return
+            c = credit.get(link)
+            if c is None:
+                c = lib.pn_link_credit(link.impl)
+            if c <= 0:
                 return
             link.queue.popleft()
-            self._transfer(link, item, now, wall)
+            credit[link] = c - 1 if self._transfer(link, item, now, wall) else c
             if self._head(link) is None:
                 links.remove(link)
 
@@ -238,7 +240,9 @@ class Deliveries:
             q.popleft()
         return None
 
-    def _transfer(self, link: AddressLink, item: Item, now: float, wall: float) -> None:
+    def _transfer(self, link: AddressLink, item: Item, now: float, wall: float) -> bool:
+        """Send ``item`` on ``link`` (True), or settle it unsent (False: expired,
+        unforwardable, over the link's max-message-size)."""
         out = item.out
         try:
             data = wire_bytes(out, wall)
@@ -247,19 +251,19 @@ class Deliveries:
                 raise
             item.batch.result.failures.append(unforwardable(out, exc))
             self._item_done(item, "unforwardable")
-            return
+            return False
         if data is None:
             self._item_done(item, "expired")
-            return
+            return False
         impl = link.impl
-        limit = lib.pn_link_remote_max_message_size(impl)  # 0: the peer set no limit
+        limit = link.max_size  # 0: the peer set no limit
         if limit and len(data) > limit:  # the peer would refuse it every time: not sent
             item.batch.result.failures.append(rejected(
                 out, f"amqp:link:message-size-exceeded: {out.kind} {out.key} is {len(data)} bytes encoded, "
                      f"over the max-message-size {limit} of its link to address {out.address!r}; not sent",
                 len(data)))
             self._item_done(item, "unforwardable")
-            return
+            return False
         item.size = len(data)
         d = send(impl, str(item.seq).encode(), data)
         key = delivery_key(d)
@@ -271,9 +275,10 @@ class Deliveries:
         if out.qos == 0:
             self.deliveries[key] = (d, None, link)  # its disposition is settled, not awaited
             self._item_done(item, "qos0")
-            return
+            return True
         self.deliveries[key] = (d, item, link)
         item.delivery = key
         item.sent_at = now
         link.inflight[item.seq] = item
         self.inflight_order.append((now, item, key))
+        return True

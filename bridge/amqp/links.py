@@ -46,7 +46,7 @@ def qos2_rcv_second(config: AmqpConfig) -> bool:
 
 
 class AddressLink:
-    __slots__ = ("key", "address", "cls", "sender", "impl", "state", "queue", "inflight", "last_used",
+    __slots__ = ("key", "address", "cls", "sender", "impl", "max_size", "state", "queue", "inflight", "last_used",
                  "not_before", "attach_failures", "attach_started", "last_condition", "name")
 
     def __init__(self, address: str, cls: str) -> None:
@@ -55,6 +55,7 @@ class AddressLink:
         self.cls = cls
         self.sender: Any = None
         self.impl: Any = None  # the sender's pn_link_t * (reactor.send)
+        self.max_size = 0  # the peer's max-message-size for the link (0: none), from its attach
         self.state = "idle"  # idle | attaching | up
         self.queue: collections.deque[Item] = collections.deque()
         self.inflight: dict[int, Item] = {}  # item.seq -> item
@@ -101,6 +102,7 @@ class LinkEvents:
             # refused at link level (a null target): a detach with the reason follows
             return
         link.state = "up"
+        link.max_size = s.remote_max_message_size or 0
         link.attach_failures = 0
         self.good.add(link.key)
         if s.rcv_settle_mode != s.remote_rcv_settle_mode:

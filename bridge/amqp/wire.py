@@ -113,7 +113,21 @@ def _fields(values: list[Any]) -> bytes:
 
 
 def encode_header(durable: bool, ttl_ms: int | None, delivery_count: int) -> bytes:
-    """The header section: [durable, priority, ttl, first-acquirer, delivery-count]."""
+    """The header section: [durable, priority, ttl, first-acquirer, delivery-count]
+    (without a ttl, one of four: kept)."""
+    if ttl_ms is None and delivery_count in (0, 1, None):
+        key = (bool(durable), int(delivery_count or 0))
+        got = _HEADERS.get(key)
+        if got is None:
+            got = _HEADERS[key] = _header(durable, None, delivery_count)
+        return got
+    return _header(durable, ttl_ms, delivery_count)
+
+
+_HEADERS: dict[tuple[bool, int], bytes] = {}
+
+
+def _header(durable: bool, ttl_ms: int | None, delivery_count: int) -> bytes:
     return _HEADER + _fields([
         True if durable else None,
         None,
