@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 from cproton_ffi import lib
 from proton import Delivery
 
-from bridge.amqp.mapping import LINK_QOS01, LINK_QOS2, wire_bytes
+from bridge.amqp.mapping import LINK_QOS01, LINK_QOS2
 from bridge.amqp.reactor import PN_ACCEPTED, delivery_key, release, send
+from bridge.amqp.wire import wire_bytes
 from bridge.amqp.results import ForwardError
 from bridge.amqp.retry import backoff, delivery_outcome, message_fault
 from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, rejected, unforwardable

@@ -7,7 +7,8 @@ links of that address carries it (``qos01`` or ``qos2``).
 
 Every AMQP field is one :class:`Rule` in a profile's table (``PROFILES``):
 the same tables build the messages and the README's mapping table
-(:func:`mapping_table_markdown`; a test checks the README against it).
+(:func:`mapping_table_markdown`; a test checks the README against it), and
+:func:`bridge.amqp.wire.encode_row` encodes by them without proton.
 
 Addresses. ``amqp.address_template`` has two placeholders: ``{topic}`` (the
 MQTT topic, verbatim) and ``{routing_key}`` (the topic with every ``/``
@@ -45,13 +46,11 @@ __all__ = [
     "REJECTED",
     "UNFORWARDABLE",
     "address_for",
-    "encode_row",
     "identity",
     "map_row",
     "mapping_table_markdown",
     "routing_key",
     "user_properties_map",
-    "wire_bytes",
 ]
 
 #: Application property carrying the stable identity of a forwarded message:
@@ -402,7 +401,7 @@ def set_expiry_time(msg: Message, ms: int) -> None:
 @dataclass(slots=True)
 class Outgoing:
     """One row, mapped: a proton ``message`` (:func:`map_row`) or its sections
-    after the header already encoded, ``tail`` (:func:`encode_row`). Both are
+    after the header already encoded, ``tail`` (:func:`bridge.amqp.wire.encode_row`). Both are
     None when the row had expired."""
 
     message: Message | None
@@ -510,98 +509,6 @@ def map_row(row: Mapping[str, Any], profile: Profile | str, address_template: st
         msg.properties = props
     out.message = msg
     return out
-
-
-def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float) -> Outgoing:
-    """:func:`map_row`, encoded: the same rules, written by :mod:`bridge.amqp.wire`.
-
-    The Outgoing carries ``durable`` and ``delivery_count`` for the header
-    (encoded at send time, with the ttl then left) and ``tail``, every
-    other section, as bytes. ``message`` stays None.
-    """
-    from bridge.amqp.wire import encode_tail
-
-    prof = PROFILES[profile] if isinstance(profile, str) else profile
-    out, rules = _start(row, prof, address_template, now)
-    exp = out.expires_at
-    if exp is not None and remaining_ms(exp, now) <= 0:
-        return out
-    ctx = Ctx(now, address_template, exp)
-    ann: dict = {}
-    props: list = [None] * 13
-    app: dict = {}
-    body = None
-    for code, key, fn in _plan(rules):
-        value = fn(row, ctx)
-        if value is None:
-            continue
-        if code == _P_PROPERTY:
-            props[key] = value
-        elif code == _P_ANNOTATION:
-            ann[key] = value
-        elif code == _P_APP:
-            app[key] = value
-        elif code == _P_APP_ALL:
-            app.update(value)
-        elif code == _P_BODY:
-            body = value
-        elif code == _P_DURABLE:
-            out.durable = bool(value)
-        elif code == _P_DELIVERY_COUNT:
-            out.delivery_count = int(value)
-    out.tail = encode_tail(ann, props, app, body)
-    return out
-
-
-_P_PROPERTY, _P_ANNOTATION, _P_APP, _P_APP_ALL, _P_BODY, _P_DURABLE, _P_DELIVERY_COUNT, _P_NONE = range(8)
-_PLANS: dict[int, tuple[tuple[Rule, ...], tuple[tuple[int, Any, Callable[[Mapping[str, Any], Ctx], Any]], ...]]] = {}
-
-
-def _plan(rules: tuple[Rule, ...]) -> tuple[tuple[int, Any, Callable[[Mapping[str, Any], Ctx], Any]], ...]:
-    """A rule table as :func:`encode_row` walks it: (what to do, where, the rule's
-    function) per rule, in the table's order; made once per table."""
-    got = _PLANS.get(id(rules))
-    if got is not None and got[0] is rules:
-        return got[1]
-    from bridge.amqp.wire import PROPERTY_INDEX
-
-    plan = []
-    for r in rules:
-        if r.section == HEADER:
-            code = {"durable": _P_DURABLE, "delivery-count": _P_DELIVERY_COUNT}.get(r.name, _P_NONE)
-            key: Any = None
-        elif r.section == ANNOTATIONS:
-            code, key = _P_ANNOTATION, symbol(r.name)
-        elif r.section == PROPERTIES:
-            code, key = _P_PROPERTY, PROPERTY_INDEX[r.name]
-        elif r.section == APP_PROPERTIES:
-            code, key = (_P_APP_ALL, None) if r.name == "<key>" else (_P_APP, r.name)
-        elif r.section == BODY:
-            code, key = _P_BODY, None
-        else:  # pragma: no cover - a table error
-            raise MappingError(f"no way to set {r.section} field {r.name!r}")
-        # header ttl is encoded at send time (wire_bytes); its rule is evaluated for map_row only
-        plan.append((code, key, r.value))
-    out = tuple(p for p in plan if p[0] != _P_NONE)
-    _PLANS[id(rules)] = (rules, out)
-    return out
-
-
-def wire_bytes(out: Outgoing, now: float) -> bytes | None:
-    """The whole encoded message for sending at ``now`` (epoch seconds), with
-    the ttl then remaining; None when it has expired since it was mapped."""
-    ttl = None
-    if out.expires_at is not None:
-        if remaining_ms(out.expires_at, now) <= 0:
-            return None
-        ttl = header_ttl(out.expires_at, now)
-    if out.tail is not None:
-        from bridge.amqp.wire import encode_header
-
-        return encode_header(out.durable, ttl, out.delivery_count) + out.tail
-    if ttl is not None:
-        set_ttl(out.message, ttl)
-    return out.message.encode()
 
 
 # --------------------------------------------------------------- documentation

@@ -82,10 +82,11 @@ from bridge.amqp.batches import CHUNK, TROUBLE_REPORT_S, WINDOW, Batch, Item  # 
 from bridge.amqp.connection import peer_url
 from bridge.amqp.engine import TICK_IDLE_S, Engine
 from bridge.amqp.links import qos2_rcv_second
-from bridge.amqp.mapping import PROFILES, MappingError, Outgoing, encode_row
+from bridge.amqp.mapping import PROFILES, MappingError, Outgoing
 from bridge.amqp.results import ForwardError, ForwardResult
 from bridge.amqp.retry import MAX_BACKOFF_S, PERMANENT_CONDITIONS  # noqa: F401 - re-exported, as before the split
 from bridge.amqp.unforwardable import ENCODING_FAILURES, NOT_THE_ROWS_FAULT, Unforwardable, unforwardable
+from bridge.amqp.wire import encode_row
 from bridge.config import AmqpConfig
 
 __all__ = ["ForwardError", "ForwardResult", "Forwarder", "Unforwardable", "peer_url", "qos2_rcv_second"]

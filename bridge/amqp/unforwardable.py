@@ -1,7 +1,7 @@
 """Rows no AMQP message can be made of (``LG-amqp-unforwardable``).
 
 Deterministic vs transient. Mapping and encoding a row
-(:func:`bridge.amqp.mapping.encode_row`, :func:`~bridge.amqp.mapping.wire_bytes`)
+(:func:`bridge.amqp.wire.encode_row`, :func:`~bridge.amqp.wire.wire_bytes`)
 are pure functions of the row and the clock: whatever they raise
 (struct.error, OverflowError, ValueError, proton's assertion on a negative
 ulong, ...) they raise again on every retry. Such a row is *unforwardable*:

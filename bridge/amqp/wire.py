@@ -19,11 +19,14 @@ int, ulong, timestamp, binary, string, symbol, list, map; sections (part 3.2): h
 from __future__ import annotations
 
 import struct
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from proton import int32, symbol, timestamp, ubyte, ulong
 
-__all__ = ["encode_header", "encode_value", "encode_tail"]
+from bridge.amqp.mapping import (ANNOTATIONS, APP_PROPERTIES, BODY, HEADER, PROFILES, PROPERTIES, Ctx, MappingError,
+                                 Outgoing, Profile, Rule, _start, header_ttl, remaining_ms, set_ttl)
+
+__all__ = ["encode_header", "encode_row", "encode_tail", "encode_value", "wire_bytes"]
 
 _HEADER = b"\x00\x53\x70"
 _ANNOTATIONS = b"\x00\x53\x72"
@@ -163,3 +166,90 @@ def encode_tail(annotations: dict, properties: "dict[str, Any] | list", app_prop
     if body is not None:
         out.append(_DATA + encode_value(bytes(body)))
     return b"".join(out)
+
+
+# --------------------------------------------------------------- a row, encoded
+def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float) -> Outgoing:
+    """:func:`~bridge.amqp.mapping.map_row`, encoded: the same rules, written here.
+
+    The Outgoing carries ``durable`` and ``delivery_count`` for the header
+    (encoded at send time, with the ttl then left) and ``tail``, every
+    other section, as bytes. ``message`` stays None.
+    """
+    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    out, rules = _start(row, prof, address_template, now)
+    exp = out.expires_at
+    if exp is not None and remaining_ms(exp, now) <= 0:
+        return out
+    ctx = Ctx(now, address_template, exp)
+    ann: dict = {}
+    props: list = [None] * 13
+    app: dict = {}
+    body = None
+    for code, key, fn in _plan(rules):
+        value = fn(row, ctx)
+        if value is None:
+            continue
+        if code == _P_PROPERTY:
+            props[key] = value
+        elif code == _P_ANNOTATION:
+            ann[key] = value
+        elif code == _P_APP:
+            app[key] = value
+        elif code == _P_APP_ALL:
+            app.update(value)
+        elif code == _P_BODY:
+            body = value
+        elif code == _P_DURABLE:
+            out.durable = bool(value)
+        elif code == _P_DELIVERY_COUNT:
+            out.delivery_count = int(value)
+    out.tail = encode_tail(ann, props, app, body)
+    return out
+
+
+_P_PROPERTY, _P_ANNOTATION, _P_APP, _P_APP_ALL, _P_BODY, _P_DURABLE, _P_DELIVERY_COUNT, _P_NONE = range(8)
+_PLANS: dict[int, tuple[tuple[Rule, ...], tuple[tuple[int, Any, Callable[[Mapping[str, Any], Ctx], Any]], ...]]] = {}
+
+
+def _plan(rules: tuple[Rule, ...]) -> tuple[tuple[int, Any, Callable[[Mapping[str, Any], Ctx], Any]], ...]:
+    """A rule table as :func:`encode_row` walks it: (what to do, where, the rule's
+    function) per rule, in the table's order; made once per table."""
+    got = _PLANS.get(id(rules))
+    if got is not None and got[0] is rules:
+        return got[1]
+    plan = []
+    for r in rules:
+        if r.section == HEADER:
+            code = {"durable": _P_DURABLE, "delivery-count": _P_DELIVERY_COUNT}.get(r.name, _P_NONE)
+            key: Any = None
+        elif r.section == ANNOTATIONS:
+            code, key = _P_ANNOTATION, symbol(r.name)
+        elif r.section == PROPERTIES:
+            code, key = _P_PROPERTY, PROPERTY_INDEX[r.name]
+        elif r.section == APP_PROPERTIES:
+            code, key = (_P_APP_ALL, None) if r.name == "<key>" else (_P_APP, r.name)
+        elif r.section == BODY:
+            code, key = _P_BODY, None
+        else:  # pragma: no cover - a table error
+            raise MappingError(f"no way to set {r.section} field {r.name!r}")
+        # header ttl is encoded at send time (wire_bytes); its rule is evaluated for map_row only
+        plan.append((code, key, r.value))
+    out = tuple(p for p in plan if p[0] != _P_NONE)
+    _PLANS[id(rules)] = (rules, out)
+    return out
+
+
+def wire_bytes(out: Outgoing, now: float) -> bytes | None:
+    """The whole encoded message for sending at ``now`` (epoch seconds), with
+    the ttl then remaining; None when it has expired since it was mapped."""
+    ttl = None
+    if out.expires_at is not None:
+        if remaining_ms(out.expires_at, now) <= 0:
+            return None
+        ttl = header_ttl(out.expires_at, now)
+    if out.tail is not None:
+        return encode_header(out.durable, ttl, out.delivery_count) + out.tail
+    if ttl is not None:
+        set_ttl(out.message, ttl)
+    return out.message.encode()

@@ -32,7 +32,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from proton import Message
 
-from bridge.amqp.mapping import encode_row, map_row, wire_bytes
+from bridge.amqp.mapping import map_row
+from bridge.amqp.wire import encode_row, wire_bytes
 from bridge.mqtt import Properties, Publish, encode
 from bridge.parse import parse_frames
 

@@ -137,7 +137,7 @@ def test_lg_amqp_unforwardable_row_is_set_aside_counted_logged_and_the_rest_goes
 
 
 def test_lg_amqp_unforwardable_at_send_time_does_not_stop_the_forwarder(consumer, make_config):
-    from bridge.amqp.mapping import encode_row
+    from bridge.amqp.wire import encode_row
 
     topic = consumer.topic("unforwardable-send")
     now = time.time()

@@ -8,7 +8,8 @@ import datetime as dt
 import pytest
 from proton import Message, timestamp
 
-from bridge.amqp.mapping import PROFILES, encode_row, map_row, wire_bytes
+from bridge.amqp.mapping import PROFILES, map_row
+from bridge.amqp.wire import encode_row, wire_bytes
 from bridge.amqp.wire import encode_value
 from tests.amqp.rows import row
 
