@@ -77,30 +77,30 @@ phase ran and lakegate lost no acknowledged message, else 1.
 from __future__ import annotations
 
 import argparse
-import array
 import asyncio
 import datetime as dt
 import json
 import math
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
-from bridge.bench.edge import _connect_frame, _cpu_seconds, _LoadConn, _stop, start_mosquitto
+from bridge.bench.e2e_load import Phase
+from bridge.bench.e2e_observe import (GlueProbe, JobProbe, Probe, Receiver, all_received, backlog_slope, delivery,
+                                      settle, wait_until)
 from bridge.bench.e2e_procs import GLUE_SCRIPT, Glue, Lakegate, delete_queue
+from bridge.bench.e2e_report import compare, print_table
+from bridge.bench.edge import _cpu_seconds, _stop, start_mosquitto
 from bridge.config import Config, mask_secret
 
 __all__ = ["GLUE_SCRIPT", "add_arguments", "run"]
 
-ROOT = Path(__file__).resolve().parents[2]
 #: a step holds when the backlog grows by at most this fraction of the offered rate per second
 SLOPE_LIMIT = 0.10
 
@@ -180,421 +180,6 @@ def _opts(args: argparse.Namespace) -> argparse.Namespace:
     return o
 
 
-# ---------------------------------------------------------------- frames and publisher
-def _frames(topic: bytes, count: int, payload_bytes: int) -> tuple[bytes, int]:
-    """``count`` QoS 1 PUBLISH frames of one size (MQTT 3.1.1) back to back:
-    packet ids cycle 1..65535, the payload starts with the message's sequence
-    number (8 bytes, big-endian). Returns (blob, frame size)."""
-    rl = 2 + len(topic) + 2 + payload_bytes
-    if rl >= 16384:
-        raise ValueError("payload too large for the bench's two-byte Remaining Length")
-    head = b"\x32" + (bytes((rl,)) if rl < 128 else bytes((rl & 0x7F | 0x80, rl >> 7)))
-    prefix = head + len(topic).to_bytes(2, "big") + topic
-    size = len(prefix) + 2 + payload_bytes
-    filler = b"p" * (payload_bytes - 8)
-    parts = []
-    for k in range(count):
-        parts += (prefix, (k % 65535 + 1).to_bytes(2, "big"), k.to_bytes(8, "big"), filler)
-    return b"".join(parts), size
-
-
-class _PacedConn(_LoadConn):
-    """One publisher connection: ``bench edge``'s connection (CONNACK check,
-    PUBACKs read and counted in bulk), driven by the clock instead of by the
-    window: :meth:`send_upto` writes the frames that are due. Keeps every
-    message's send and PUBACK time (PUBACKs come in order)."""
-
-    def begin(self, blob: bytes, size: int, count: int, window: int) -> None:
-        self.done = asyncio.get_running_loop().create_future()
-        self.mode = "qos1"
-        self.blob, self.size, self.count, self.window = memoryview(blob), size, count, window
-        self.sent = self.acked = 0
-        self.latencies = None
-        self.send_t = array.array("d", bytes(8 * count))
-        self.ack_t = array.array("d", bytes(8 * count))
-
-    def send_upto(self, due: int) -> int:
-        if self.lost or self.transport is None:
-            return 0
-        end = min(due, self.count, self.acked + self.window)
-        n = end - self.sent
-        if n <= 0:
-            return 0
-        start = self.sent
-        self.transport.write(self.blob[start * self.size:end * self.size])
-        self.send_t[start:end] = array.array("d", [time.perf_counter()]) * n
-        self.sent = end
-        return n
-
-    def _acked(self, n: int) -> None:
-        a = self.acked
-        n = min(n, self.sent - a)
-        self.ack_t[a:a + n] = array.array("d", [time.perf_counter()]) * n
-        self.acked = a + n
-        if self.acked >= self.count and not self.done.done():
-            self.done.set_result(time.perf_counter())
-
-
-class Phase:
-    """One paced publishing phase: ``rate`` msg/s for ``seconds`` over the
-    connections, to ``<prefix>/<c|s>/<label>/<connection>``."""
-
-    def __init__(self, prefix: str, label: str, rate: float, seconds: float, connections: int,
-                 payload_bytes: int, window: int, consumed: bool) -> None:
-        self.label, self.rate, self.seconds = label, rate, seconds
-        self.topic_base = f"{prefix}/{'c' if consumed else 's'}/{label}/"
-        total = max(connections, int(round(rate * seconds)))
-        self.per = [total // connections + (1 if i < total % connections else 0) for i in range(connections)]
-        self.payload_bytes, self.window = payload_bytes, window
-        self.conns: list[_PacedConn] = []
-        self.t0 = self.t_sent = self.t_end = 0.0
-        self.error: str | None = None
-
-    def topic(self, i: int) -> str:
-        return f"{self.topic_base}{i:04d}"
-
-    async def connect(self, host: str, port: int, timeout: float = 30.0) -> None:
-        loop = asyncio.get_running_loop()
-        for i, n in enumerate(self.per):
-            _t, c = await loop.create_connection(_PacedConn, host, port)
-            sock = c.transport.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            c.transport.write(_connect_frame(f"{self.topic_base.replace('/', '-')}{i}"))
-            self.conns.append(c)
-        await asyncio.wait_for(asyncio.gather(*(c.connack for c in self.conns)), timeout)
-        for i, (c, n) in enumerate(zip(self.conns, self.per)):
-            blob, size = _frames(self.topic(i).encode(), n, self.payload_bytes)
-            c.begin(blob, size, n, self.window)
-
-    async def publish(self, tick: float = 0.002,
-                      hooks: list[tuple[float, Callable[[], Awaitable[None]]]] | None = None,
-                      sampler: Callable[[], None] | None = None, sample_every: float = 0.1,
-                      ack_timeout: float = 30.0, until: Callable[[float], bool] | None = None) -> None:
-        """Send on schedule (message k of connection i is due at
-        t0 + (k + i / connections) / per-connection rate), run ``hooks`` (at
-        seconds after t0, as tasks), call ``sampler`` every ``sample_every``
-        seconds; stop early once ``until(elapsed)`` is true (the phase then
-        holds what was sent); then wait at most ``ack_timeout`` for the
-        outstanding PUBACKs."""
-        n_conn = len(self.conns)
-        rate_c = self.rate / n_conn
-        pending = sorted(hooks or [], key=lambda h: h[0])
-        tasks: list[asyncio.Task] = []
-        next_sample = 0.0
-        self.t0 = time.perf_counter()
-        while True:
-            el = time.perf_counter() - self.t0
-            left = 0
-            for i, c in enumerate(self.conns):
-                due = int((el - i / self.rate) * rate_c) + 1 if el >= i / self.rate else 0
-                c.send_upto(due)
-                if not c.lost:
-                    left += c.count - c.sent
-            while pending and el >= pending[0][0]:
-                tasks.append(asyncio.ensure_future(pending.pop(0)[1]()))
-            if sampler is not None and el >= next_sample:
-                sampler()
-                next_sample = el + sample_every
-            if until is not None and left and until(el):
-                for c in self.conns:
-                    c.count = c.sent
-                    if c.acked >= c.count and c.done is not None and not c.done.done():
-                        c.done.set_result(time.perf_counter())
-                left = 0
-            if left == 0 or el > self.seconds * 3 + 30:
-                break
-            await asyncio.sleep(tick)
-        self.t_sent = time.perf_counter()
-        deadline = self.t_sent + ack_timeout
-        while time.perf_counter() < deadline and any(not c.lost and c.acked < c.sent for c in self.conns):
-            if sampler is not None:
-                sampler()
-            await asyncio.sleep(sample_every)
-        self.t_end = time.perf_counter()
-        for t in tasks:
-            await t
-        for c in self.conns:
-            if c.done is not None and c.done.done() and not c.done.cancelled():
-                exc = c.done.exception()
-                if exc is not None and self.error is None:
-                    self.error = str(exc)
-
-    def close(self) -> None:
-        for c in self.conns:
-            if c.transport is not None and not c.lost:
-                c.transport.write(b"\xe0\x00")
-                c.transport.close()
-
-    # -- results
-    @property
-    def sent(self) -> int:
-        return sum(c.sent for c in self.conns)
-
-    @property
-    def acked(self) -> int:
-        return sum(c.acked for c in self.conns)
-
-    def send_rate(self) -> float | None:
-        firsts = [c.send_t[0] for c in self.conns if c.sent]
-        lasts = [c.send_t[c.sent - 1] for c in self.conns if c.sent]
-        if not firsts or self.sent < 2:
-            return None
-        span = max(lasts) - min(firsts)
-        return round((self.sent - 1) / span, 1) if span > 0 else None
-
-    def puback_ms(self) -> dict | None:
-        lat = [c.ack_t[k] - c.send_t[k] for c in self.conns for k in range(c.acked)]
-        return _percentiles(lat, (50, 99))
-
-    def summary(self) -> dict:
-        return {"offered_rate": self.rate, "seconds": self.seconds, "messages": sum(c.count for c in self.conns),
-                "sent": self.sent, "acknowledged": self.acked, "send_rate": self.send_rate(),
-                "puback_ms": self.puback_ms(), **({"error": self.error} if self.error else {})}
-
-
-def _percentiles(values: list[float], qs=(50, 95, 99)) -> dict | None:
-    if not values:
-        return None
-    s = sorted(values)
-    out = {f"p{q}": round(s[min(len(s) - 1, int(len(s) * q / 100))] * 1000, 2) for q in qs}
-    out["max"] = round(s[-1] * 1000, 2)
-    return out
-
-
-def _slope(samples: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of (t, value) samples, value per second."""
-    if len(samples) < 3:
-        return None
-    n = len(samples)
-    mt = sum(t for t, _ in samples) / n
-    mv = sum(v for _, v in samples) / n
-    den = sum((t - mt) ** 2 for t, _ in samples)
-    return sum((t - mt) * (v - mv) for t, v in samples) / den if den > 0 else None
-
-
-# ---------------------------------------------------------------- AMQP consumer
-class _Receiver:
-    """AMQP 1.0 receiver on ``/topic/<binding>`` in a proton thread; keeps
-    (topic, sequence, receipt time) of every message."""
-
-    def __init__(self, amqp: Any, binding: str) -> None:
-        from proton.handlers import MessagingHandler
-        from proton.reactor import EventInjector
-
-        from bridge.amqp.reactor import container
-
-        from bridge.amqp.sender import peer_url
-
-        url, user, password = peer_url(amqp)
-        creds = {k: v for k, v in (("user", user), ("password", password)) if v is not None}
-
-        self.rx: list[tuple[str, int, float]] = []
-        self.error: str | None = None
-        self.ready = threading.Event()
-        self.injector = EventInjector()
-        self.conn: Any = None
-        me = self
-
-        class H(MessagingHandler):
-            def __init__(self) -> None:
-                super().__init__(prefetch=5000)
-
-            def on_start(self, event: Any) -> None:
-                event.container.selectable(me.injector)
-                me.conn = event.container.connect(url, reconnect=False, allowed_mechs=amqp.sasl_mechanisms,
-                                                  **creds)
-                event.container.create_receiver(me.conn, f"/topic/{binding}")
-
-            def on_link_opened(self, event: Any) -> None:
-                me.ready.set()
-
-            def on_message(self, event: Any) -> None:
-                t = time.perf_counter()
-                m = event.message
-                body = m.body if isinstance(m.body, (bytes, bytearray, memoryview)) else b""
-                me.rx.append((m.address or "", int.from_bytes(bytes(body[:8]), "big"), t))
-
-            def on_transport_error(self, event: Any) -> None:
-                me.error = str(event.transport.condition)
-                me.ready.set()
-
-            def on_lg_stop(self, event: Any) -> None:
-                me.conn.close()
-                me.injector.close()
-
-        self.container = container(H())
-        self.thread = threading.Thread(target=self.container.run, daemon=True, name="bench-e2e-consumer")
-        self.thread.start()
-        if not self.ready.wait(15) or self.error:
-            raise RuntimeError(f"AMQP consumer could not attach to /topic/{binding}: {self.error or 'timeout'}")
-
-    def received(self, phase: Phase) -> dict[tuple[int, int], list[float]]:
-        """(connection, sequence) -> receipt times, for the phase's messages."""
-        base = phase.topic_base
-        out: dict[tuple[int, int], list[float]] = {}
-        for topic, seq, t in list(self.rx):
-            if topic.startswith(base):
-                out.setdefault((int(topic[len(base):]), seq), []).append(t)
-        return out
-
-    def count(self, phase: Phase) -> int:
-        base = phase.topic_base
-        return sum(1 for topic, _s, _t in list(self.rx) if topic.startswith(base))
-
-    def close(self) -> None:
-        from proton.reactor import ApplicationEvent
-
-        self.injector.trigger(ApplicationEvent("lg_stop"))
-        self.thread.join(10)
-
-
-def _delivery(phase: Phase, rx: _Receiver) -> dict:
-    """What the consumer got of ``phase``: acknowledged, received, lost,
-    duplicates, publish-to-receipt latency."""
-    got = rx.received(phase)
-    lat: list[float] = []
-    lost = unacked_received = 0
-    for i, c in enumerate(phase.conns):
-        for k in range(c.acked):
-            times = got.get((i, k))
-            if times is None:
-                lost += 1
-            else:
-                lat.append(times[0] - c.send_t[k])
-        unacked_received += sum(1 for k in range(c.acked, c.sent) if (i, k) in got)
-    return {"acknowledged": phase.acked, "received": len(got), "lost_acknowledged": lost,
-            "duplicates": sum(len(v) - 1 for v in got.values()),
-            "received_not_acknowledged": unacked_received, "e2e_ms": _percentiles(lat)}
-
-
-async def _await(cond: Callable[[], bool], timeout: float, poll: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(poll)
-    return True
-
-
-async def _settle(phase: Phase, rx: _Receiver, idle: Callable[[], bool], timeout: float,
-                  quiet: float = 3.0) -> bool:
-    """Wait until every acknowledged message of ``phase`` was received (True),
-    or the system is ``idle()`` and nothing more arrived for ``quiet``
-    seconds, or ``timeout`` (False)."""
-    done = _all_received(phase, rx)
-    deadline = time.monotonic() + max(timeout, 0.0)
-    last, since = -1, time.monotonic()
-    while True:
-        if done():
-            return True
-        now = time.monotonic()
-        n = rx.count(phase)
-        if n != last:
-            last, since = n, now
-        elif now - since >= quiet and idle():
-            return False
-        if now >= deadline:
-            return False
-        await asyncio.sleep(0.25)
-
-
-def _all_received(phase: Phase, rx: _Receiver) -> Callable[[], bool]:
-    def cond() -> bool:
-        if rx.count(phase) < phase.acked:
-            return False
-        got = rx.received(phase)
-        return all((i, k) in got for i, c in enumerate(phase.conns) for k in range(c.acked))
-    return cond
-
-
-# ---------------------------------------------------------------- the two sides
-class _Probe:
-    """Backlog of one side during a step: ``backlog()`` -> (new sample?,
-    backlog) or None; ``drained()``; ``summary()`` adds to the step's JSON."""
-
-    min_samples = 1
-
-    def backlog(self) -> tuple[bool, int] | None:
-        raise NotImplementedError
-
-    def drained(self) -> bool:
-        got = self.backlog()
-        return got is not None and got[1] <= 0
-
-    def summary(self) -> dict:
-        return {}
-
-
-class _JobProbe(_Probe):
-    """lakegate: the job's lag (log end - the checkpoint's committed offsets,
-    as ``lakegate status``), a sample per committed batch; and the batches'
-    input rows and durations from the status file. With live forwarding
-    (``bridge.amqp.live``) the backlog is the larger of the job's lag and
-    the forwarder's (log end - its forwarded marks): both must keep up."""
-
-    def __init__(self, config: Config, min_samples: int) -> None:
-        from bridge.amqp.live import forwards_live
-        from bridge.job.pipeline import checkpoint_path
-
-        self.config = config
-        self.live = forwards_live(config, hosts_edge=True, runs_job=True)
-        self.checkpoint = checkpoint_path(config)
-        self.min_samples = min_samples
-        self.reader: Any = None
-        self.last_batch: int | None = None
-        self.batches: dict[int, tuple[int, int]] = {}
-
-    def backlog(self) -> tuple[bool, int] | None:
-        from bridge.capture import LogReader
-        from bridge.job.progress import committed_offsets, lag, read_status
-
-        if self.reader is None:
-            if not (self.config.capture_dir / "meta.json").exists():
-                return None
-            self.reader = LogReader(self.config.capture_dir)
-        batch, end = committed_offsets(self.checkpoint)
-        if batch is None:
-            return None
-        ends = {str(p): n for p, n in enumerate(self.reader.durable_offsets())}
-        new = batch != self.last_batch
-        self.last_batch = batch
-        if new:
-            try:
-                st = read_status(self.config.data_path) or {}
-            except (OSError, ValueError):  # being replaced right now; the next batch's will do
-                st = {}
-            if st.get("batch_id") is not None:
-                self.batches[int(st["batch_id"])] = (int(st.get("input_rows", 0)), int(st.get("duration_ms", 0)))
-        behind = lag(end, ends)
-        if self.live:
-            from bridge.amqp.forwarded import ForwardedOffsets
-
-            behind = max(behind, ForwardedOffsets(self.config.data_path, self.config.capture.stream).behind(ends))
-        return new, behind
-
-    def reset(self) -> None:
-        self.batches = {}
-
-    def summary(self) -> dict:
-        b = [v for k, v in sorted(self.batches.items())[1:]]  # the first may have started before the step
-        rows, ms = sum(r for r, _ in b), sum(d for _, d in b)
-        return {"job_batches": len(b), "job_batch_s_mean": round(ms / len(b) / 1000, 2) if b else None,
-                "job_rows_per_busy_s": round(rows / (ms / 1000), 1) if ms else None}
-
-
-class _GlueProbe(_Probe):
-    """glue: messages Mosquitto acknowledged to the publisher minus messages
-    the AMQP peer accepted from the glue since the step began."""
-
-    def __init__(self, phase: Phase, glue: "Glue") -> None:
-        self.phase, self.glue = phase, glue
-        self.base = glue.accepted()
-
-    def backlog(self) -> tuple[bool, int]:
-        return True, self.phase.acked - (self.glue.accepted() - self.base)
-
-
 class _Bench:
     def __init__(self, args: argparse.Namespace, config: Config, tmp: Path) -> None:
         self.o = _opts(args)
@@ -604,7 +189,7 @@ class _Bench:
         self.prefix = f"lge2e{uuid.uuid4().hex[:8]}"
         #: the job's trigger while lakegate's steps run (a step spans six at least); 0 for the glue
         self.trigger_s = 0.0
-        self.rx: _Receiver | None = None
+        self.rx: Receiver | None = None
         self.say = lambda s: print(f"bench e2e: {s}", file=sys.stderr, flush=True)
 
     def phase(self, label: str, rate: float, seconds: float, consumed: bool = True) -> Phase:
@@ -618,19 +203,19 @@ class _Bench:
             await w.connect("127.0.0.1", port)
             await w.publish()
             w.close()
-            await _await(_all_received(w, rx), 120)
+            await wait_until(all_received(w, rx), 120)
         ph = self.phase(label, o.rate, o.latency_seconds)
         await ph.connect("127.0.0.1", port)
         c0 = cpu()
         await ph.publish(ack_timeout=120)
         ph.close()
-        await _await(_all_received(ph, rx), 120)
+        await wait_until(all_received(ph, rx), 120)
         cpu_s = cpu() - c0
-        out = {**ph.summary(), **_delivery(ph, rx), "cpu_s": round(cpu_s, 2),
+        out = {**ph.summary(), **delivery(ph, rx), "cpu_s": round(cpu_s, 2),
                "cpu_s_per_1000_msgs": round(1000 * cpu_s / ph.sent, 2) if ph.sent else None}
         return ph, out
 
-    async def _steps(self, port: int, label: str, probe: Callable[[Phase], "_Probe"],
+    async def _steps(self, port: int, label: str, probe: Callable[[Phase], "Probe"],
                      cpu: Callable[[], float], start_rate: float | None = None) -> dict:
         """Step the rate up until a step does not hold, then ``--refine``
         steps between the highest that held and the lowest that did not (at
@@ -665,7 +250,7 @@ class _Bench:
                              f"backlog under half the step's messages"}
 
     async def _at_rate(self, port: int, label: str, sustained: dict, rate: float,
-                       probe: Callable[[Phase], "_Probe"], cpu: Callable[[], float]) -> dict:
+                       probe: Callable[[Phase], "Probe"], cpu: Callable[[], float]) -> dict:
         """Whether lakegate holds ``rate`` (the bare sender's, rounded up to 100
         msg/s): decided by the steps when one at or above it held or one at or
         below it did not, else one more step at that rate. The steps' geometric
@@ -682,7 +267,7 @@ class _Bench:
         step = await self._step(port, label, target, probe, cpu)
         return {"rate": target, "holds": step["sustained"], "step": step}
 
-    async def _step(self, port: int, label: str, rate: float, probe: Callable[[Phase], "_Probe"],
+    async def _step(self, port: int, label: str, rate: float, probe: Callable[[Phase], "Probe"],
                     cpu: Callable[[], float]) -> dict:
         """One step: publish at ``rate`` for ``--step-seconds`` (lakegate: until
         ``--min-batches`` samples after the settle time, at most three times
@@ -720,11 +305,11 @@ class _Bench:
         ph.close()
         sent_for = ph.t_sent - ph.t0
         window = [(t, v) for t, v in samples if o.settle_seconds <= t <= sent_for]
-        slope = _slope(window)
+        slope = backlog_slope(window)
         send_rate = ph.send_rate() or 0.0
         at_end = all_samples[-1] if all_samples else None
         t_drain = time.perf_counter()
-        ok_drain = await _await(pr.drained, 90, poll=0.1)
+        ok_drain = await wait_until(pr.drained, 90, poll=0.1)
         drain_s = time.perf_counter() - t_drain
         held = (ph.error is None and send_rate >= 0.95 * rate and ph.acked == ph.sent and ok_drain
                 and slope is not None and slope <= SLOPE_LIMIT * rate
@@ -742,8 +327,8 @@ class _Bench:
         return step
 
     # -- kill tests
-    def _kill_result(self, kp: Phase, rx: _Receiver, recovered: bool, t_from: float, **extra: Any) -> dict:
-        d = _delivery(kp, rx)
+    def _kill_result(self, kp: Phase, rx: Receiver, recovered: bool, t_from: float, **extra: Any) -> dict:
+        d = delivery(kp, rx)
         return {**extra, "offered_rate": kp.rate, "sent": kp.sent, "acknowledged": kp.acked,
                 "all_acknowledged_received_s": round(time.perf_counter() - t_from, 1) if recovered else None,
                 "received": d["received"], "lost_acknowledged": d["lost_acknowledged"],
@@ -763,10 +348,10 @@ class _Bench:
 
         await kp.publish(hooks=[(o.kill_seconds / 2, kill)], ack_timeout=5)
         kp.close()
-        received_before = _delivery(kp, self.rx)["received"]
+        received_before = delivery(kp, self.rx)["received"]
         t_restart = time.perf_counter()
         restart_s = lg.start(restart, o.startup_timeout)
-        recovered = await _settle(kp, self.rx, idle, o.recovery_timeout - (time.perf_counter() - t_restart))
+        recovered = await settle(kp, self.rx, idle, o.recovery_timeout - (time.perf_counter() - t_restart))
         out = self._kill_result(
             kp, self.rx, recovered, t_restart,
             signal="SIGKILL to the process group (driver, Spark JVM, Python workers); started again "
@@ -791,13 +376,13 @@ class _Bench:
             glue.kill()
             t = time.perf_counter()
             glue.start()
-            await _await(glue.ready, 60, poll=0.02)
+            await wait_until(glue.ready, 60, poll=0.02)
             timing["restart_s"] = round(time.perf_counter() - t, 2)
 
         await kp.publish(hooks=[(o.kill_seconds / 2, kill_and_restart)], ack_timeout=30)
         kp.close()
         t_end = time.perf_counter()
-        recovered = await _settle(kp, self.rx, glue.idle, min(60.0, o.recovery_timeout))
+        recovered = await settle(kp, self.rx, glue.idle, min(60.0, o.recovery_timeout))
         out = self._kill_result(kp, self.rx, recovered, t_end,
                                 signal="SIGKILL to the glue process; started again at once (same client id)",
                                 **timing)
@@ -833,7 +418,7 @@ class _Bench:
             "amqp_url": mask_secret("amqp.url", cfg.amqp.url), "address_template": cfg.amqp.address_template,
             "forward_by": cfg.amqp.forward_by, "live_interval_ms": cfg.amqp.live_interval_ms,
         }}
-        job = _JobProbe(cfg, o.min_batches)
+        job = JobProbe(cfg, o.min_batches)
         self.trigger_s = cfg.job.trigger_interval_s  # the steps from here on are lakegate's
 
         def drained() -> bool:
@@ -850,7 +435,7 @@ class _Bench:
                     started.append(time.monotonic() - t_start)
                 return job.backlog() is not None
 
-            if not await _await(first_batch, o.startup_timeout, poll=0.05):
+            if not await wait_until(first_batch, o.startup_timeout, poll=0.05):
                 raise RuntimeError(f"the job committed no batch within {o.startup_timeout:.0f}s: {lg.tail()}")
             result["job_ready_s"] = round(time.monotonic() - t_start, 1)
             result["job_started_s"] = round(started[0], 1) if started else None
@@ -867,7 +452,7 @@ class _Bench:
             self.say(f"lakegate: sustained rate, steps of {max(o.step_seconds, 6 * self.trigger_s):g} s "
                      f"(six job triggers at least) ...")
 
-            def job_probe(_ph: Phase) -> _Probe:
+            def job_probe(_ph: Phase) -> Probe:
                 job.reset()
                 return job
 
@@ -881,9 +466,9 @@ class _Bench:
             over = self.overload_rate(out) if o.overload_kill else None
             if over:
                 result["kill_overload"] = await self._lakegate_kill(lg, "lg-kill-over", over, capture, drained)
-                await _await(drained, 120)
+                await wait_until(drained, 120)
             result["kill"] = await self._lakegate_kill(lg, "lg-kill", o.rate, ["edge.ack_after=forward"], drained)
-            await _await(drained, 120)
+            await wait_until(drained, 120)
             self.say(f"lakegate: ack_after=forward, latency at {o.rate} msg/s ...")
             # no warm-up: the recovery after the kill already ran the restarted job's forwarding
             _ph, result["ack_after_forward"] = await self._latency(lg.port, "lg-fwd", False, lg.cpu)
@@ -894,13 +479,13 @@ class _Bench:
                 job.live = False  # nothing forwards now: the backlog is the job's lag alone
                 # the checkpoint has batches already: wait for this incarnation's query, then
                 # let it run a few batches of a warm-up before the steps
-                if not await _await(lambda: "job started:" in lg.log_text(), o.startup_timeout):
+                if not await wait_until(lambda: "job started:" in lg.log_text(), o.startup_timeout):
                     raise RuntimeError(f"the job (forwarding off) did not start: {lg.tail()}")
                 w = self.phase("lg-off-warm", o.rate, o.warmup_seconds, consumed=False)
                 await w.connect("127.0.0.1", lg.port)
                 await w.publish()
                 w.close()
-                await _await(drained, 120)
+                await wait_until(drained, 120)
                 held = (result.get("sustained") or {}).get("max_sustained_rate")
                 self.say(f"lakegate: forwarding off, sustained rate from {held or o.start_rate:,.0f} msg/s ...")
                 result["sustained_forwarding_off"] = await self._steps(lg.port, "lg-off", job_probe, lg.cpu,
@@ -934,7 +519,7 @@ class _Bench:
                          f"{self.prefix}-glue")
             glue.start()
             t0 = time.perf_counter()
-            if not await _await(glue.ready, 60):
+            if not await wait_until(glue.ready, 60):
                 raise RuntimeError(f"the glue did not subscribe and connect within 60 s; see {glue.log_path}")
             result["startup_s"] = round(time.perf_counter() - t0, 2)
 
@@ -945,7 +530,7 @@ class _Bench:
             _ph, result["latency"] = await self._latency(mport, "glue-lat", True, cpu)
 
             self.say(f"glue: sustained rate, steps of {o.step_seconds:g} s ...")
-            result["sustained"] = await self._steps(mport, "glue", lambda ph: _GlueProbe(ph, glue), cpu)
+            result["sustained"] = await self._steps(mport, "glue", lambda ph: GlueProbe(ph, glue), cpu)
             result["kill"] = await self._glue_kill(glue, mport, "glue-kill", o.rate)
             over = self.overload_rate({"glue": result}) if o.overload_kill else None
             if over:
@@ -967,7 +552,7 @@ class _Bench:
             "topic_prefix": self.prefix,
         }
         binding = f"{self.prefix}.c.#"
-        self.rx = _Receiver(self.config.amqp, binding)
+        self.rx = Receiver(self.config.amqp, binding)
         t0 = time.monotonic()
         try:
             if o.only in (None, "glue"):
@@ -983,7 +568,7 @@ class _Bench:
             out["consumer_queue"] = delete_queue(binding)
         out["seconds"] = round(time.monotonic() - t0, 1)
         out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        _compare(out)
+        compare(out)
         return out
 
 
@@ -1017,26 +602,6 @@ def _engine_from_log(path: Path) -> str | None:
     return None
 
 
-def _compare(out: dict) -> None:
-    lg, gl = out.get("lakegate"), out.get("glue")
-    if "lakegate" in out and "latency" in lg and "ack_after_forward" in lg:
-        cap, fwd = lg["latency"].get("puback_ms"), lg["ack_after_forward"].get("puback_ms")
-        if cap and fwd:
-            out["ack_modes"] = {"rate": out["offered_rate"], "capture_puback_ms": cap, "forward_puback_ms": fwd,
-                                "difference_ms": {q: round(fwd[q] - cap[q], 2) for q in ("p50", "p99")}}
-    if not (lg and gl):
-        return
-    ratio: dict[str, float | None] = {}
-    le, ge = (lg.get("latency") or {}).get("e2e_ms"), (gl.get("latency") or {}).get("e2e_ms")
-    if le and ge:
-        for q in ("p50", "p95", "p99"):
-            ratio[f"e2e_{q}_lakegate_to_glue"] = round(le[q] / ge[q], 2) if ge[q] else None
-    lr = (lg.get("sustained") or {}).get("max_sustained_rate")
-    gr = (gl.get("sustained") or {}).get("max_sustained_rate")
-    ratio["sustained_rate_lakegate_to_glue"] = round(lr / gr, 2) if lr and gr else None
-    out["ratios"] = ratio
-
-
 # ---------------------------------------------------------------- command
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
@@ -1063,84 +628,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        _print(result)
+        print_table(result)
     lg = result.get("lakegate")
     ok = lg is None or (lg.get("kill", {}).get("lost_acknowledged") == 0
                         and lg["latency"].get("lost_acknowledged") == 0)
     return 0 if ok else 1
 
-
-def _fmt_lat(d: dict | None, qs=("p50", "p95", "p99")) -> str:
-    return " / ".join(f"{d[q]:,.1f}" for q in qs) if d else "-"
-
-
-def _last_held(side: dict, key: str) -> Any:
-    held = [st for st in side["sustained"]["steps"] if st["sustained"]]
-    return held[-1][key] if held else None
-
-
-def _print(r: dict) -> None:
-    print(f"bench e2e ({r['date']}, {r['cpus']} CPUs, load {r['loadavg_start'][0]}): MQTT {r['protocol']} QoS 1, "
-          f"{r['connections']} connections, {r['payload_bytes']}-byte payloads, offered {r['offered_rate']} msg/s")
-    sides = [s for s in ("lakegate", "glue") if s in r]
-    w = 22
-    print(f"{'':38}" + "".join(f"{s:>{w}}" for s in sides))
-
-    def row(name: str, get: Callable[[dict], str]) -> None:
-        vals = []
-        for s in sides:
-            try:
-                vals.append(get(r[s]))
-            except (KeyError, TypeError):
-                vals.append("-")
-        print(f"{name:38}" + "".join(f"{v:>{w}}" for v in vals))
-
-    row("publish->AMQP p50/p95/p99 (ms)", lambda d: _fmt_lat(d["latency"]["e2e_ms"]))
-    row("PUBACK p50/p99 (ms)", lambda d: _fmt_lat(d["latency"]["puback_ms"], ("p50", "p99")))
-    row("received / acknowledged", lambda d: f"{d['latency']['received']} / {d['latency']['acknowledged']}")
-    row("highest sustained rate (msg/s)",
-        lambda d: f"{d['sustained']['max_sustained_rate'] or 0:,.0f}"
-        + (f" (<{d['sustained']['lowest_failed_rate']:,.0f})" if d["sustained"]["lowest_failed_rate"] else ""))
-    row("job rows/s while busy, last step held", lambda d: f"{_last_held(d, 'job_rows_per_busy_s'):,.0f}")
-    row("  forwarding off (msg/s)",
-        lambda d: f"{d['sustained_forwarding_off']['max_sustained_rate'] or 0:,.0f}"
-        + (f" (<{d['sustained_forwarding_off']['lowest_failed_rate']:,.0f})"
-           if d["sustained_forwarding_off"]["lowest_failed_rate"] else ""))
-    row("  bare proton sender, same peer (msg/s)", lambda d: f"{d['bare_proton']['msgs_per_s']:,.0f}")
-    row("  at the bare sender's rate", lambda d: f"{d['at_bare_rate']['rate']:,.0f}: "
-        + ("holds" if d["at_bare_rate"]["holds"] else "does not hold"))
-    row("CPU s per 1,000 msgs, latency phase", lambda d: f"{d['latency']['cpu_s_per_1000_msgs']}")
-    row("CPU with no traffic (% of a core)", lambda d: f"{d['idle_cpu_pct_of_core']}")
-    row("start: edge / query / 1st batch (s)",
-        lambda d: f"{d['edge_up_s']} / {d['job_started_s']} / {d['job_ready_s']}")
-    for key, what in (("kill", "kill"), ("kill_overload", "kill overloaded")):
-        if not any(key in r[s] for s in sides):
-            continue
-        rate = next(r[s][key]["offered_rate"] for s in sides if key in r[s])
-        row(f"{what} at {rate:,.0f}/s: acked / lost / dup",
-            lambda d, k=key: f"{d[k]['acknowledged']} / {d[k]['lost_acknowledged']} / {d[k]['duplicates']}")
-        row(f"{what}: restart (s)", lambda d, k=key: f"{d[k]['restart_s']}")
-    for s in [*sides, "forwarding off"]:
-        d = r["lakegate"].get("sustained_forwarding_off") if s == "forwarding off" and "lakegate" in r else \
-            r.get(s, {}).get("sustained")
-        steps = d["steps"] if d else []
-        if not steps:
-            continue
-        print(f"{s} steps: " + ", ".join(
-            f"{st['offered_rate']:,.0f} {'ok' if st['sustained'] else 'no'} (slope {st['backlog_slope_per_s']}/s)"
-            for st in steps))
-    if "lakegate" in r:
-        c = r["lakegate"]["config"]
-        print(f"lakegate config: {c['partitions']} partitions, maxRecordsPerTrigger {c['max_records_per_trigger']}, "
-              f"trigger {c['trigger_interval_s']} s, {c['spark_master']} on {c['cores']} cores, "
-              f"fsync {c['fsync_interval_ms']} ms, tables {c.get('tables_engine_used') or c['tables_engine']}")
-    if "glue" in r:
-        print(f"glue: {r['glue']['config']['forwarder']}")
-    if "ack_modes" in r:
-        a = r["ack_modes"]
-        print(f"PUBACK at {a['rate']} msg/s: ack_after=capture p50 {a['capture_puback_ms']['p50']:.1f} ms, "
-              f"p99 {a['capture_puback_ms']['p99']:.1f} ms; ack_after=forward p50 "
-              f"{a['forward_puback_ms']['p50']:.1f} ms, p99 {a['forward_puback_ms']['p99']:.1f} ms")
-    if "ratios" in r:
-        print("ratios lakegate/glue: " + ", ".join(f"{k} {v}" for k, v in r["ratios"].items()))
-    print(f"{r['seconds']} s; {r['consumer_queue']}")

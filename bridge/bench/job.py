@@ -5,8 +5,9 @@ A capture log is filled once by a real edge (``--records`` QoS 1 PUBLISHes
 of ``--payload-bytes`` from one client over 10 topics). Then, in one local
 Spark session, alternating ``--repeat`` times, each with a fresh checkpoint
 over a copy of that log and the same trigger (``processingTime`` of
-``job.trigger_interval_s``, ``maxRecordsPerTrigger`` = ``--batch``: a
-batch of 200 records every second is 200 msg/s):
+``job.trigger_interval_s``, ``maxRecordsPerTrigger`` = ``--batch``, by
+default what ``--rate`` (200 msg/s) brings in one trigger: 1,000 records
+at the default 5 s):
 
 * **floor**: ``spark.readStream.format("lakegate")`` into a
   ``foreachBatch`` that only does ``toArrow()`` and returns;
@@ -47,14 +48,22 @@ from bridge.config import Config
 
 __all__ = ["add_arguments", "run"]
 
+#: batches per run when --records is not given (the first --warmup are left out)
+BATCHES = 15
+
 PARTS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    p.add_argument("--records", type=int, default=3000, help="records in the capture log (default 3000)")
-    p.add_argument("--batch", type=int, default=200,
-                   help="records per micro-batch, maxRecordsPerTrigger (default 200: 200 msg/s at 1 s)")
+    p.add_argument("--rate", type=float, default=200.0,
+                   help="the message rate a batch stands for, msg/s (default 200): --batch defaults to it "
+                        "times job.trigger_interval_s")
+    p.add_argument("--batch", type=int, default=None,
+                   help="records per micro-batch, maxRecordsPerTrigger (default --rate x the trigger: "
+                        "1,000 at the default 5 s)")
+    p.add_argument("--records", type=int, default=None,
+                   help=f"records in the capture log (default {BATCHES} batches' worth)")
     p.add_argument("--repeat", type=int, default=2, help="runs per side, alternating (default 2)")
     p.add_argument("--warmup", type=int, default=2, help="first batches of a run left out (default 2)")
     p.add_argument("--idle", type=float, default=60.0,
@@ -289,9 +298,27 @@ def _log_records(base: Path) -> int:
     return sum(LogReader(base / "capture").durable_offsets())
 
 
+def _sizes(args: argparse.Namespace, config: Config) -> argparse.Namespace:
+    """--batch and --records from --rate and the trigger when not given: a
+    batch is what ``--rate`` msg/s bring in one trigger interval."""
+    from bridge.cli import UsageError
+
+    args = argparse.Namespace(**vars(args))
+    if args.rate <= 0:
+        raise UsageError(f"bench job: --rate must be positive, got {args.rate:g}")
+    if args.batch is None:
+        args.batch = max(1, round(args.rate * config.job.trigger_interval_s))
+    if args.records is None:
+        args.records = BATCHES * args.batch
+    if args.batch < 1 or args.records < 1:
+        raise UsageError(f"bench job: --batch and --records must be at least 1, got {args.batch} and {args.records}")
+    return args
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.spark.session import build_session
 
+    args = _sizes(args, config)
     with tempfile.TemporaryDirectory(prefix="lg-bench-job-") as tmp:
         base = Path(tmp) / "log"
         t0 = time.monotonic()
@@ -326,6 +353,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return round(a / b, 2) if a is not None and b else None
 
     result = {"records": args.records, "batch": args.batch, "trigger_s": config.job.trigger_interval_s,
+              "rate": round(args.batch / config.job.trigger_interval_s, 1),
               "forward_on_driver_max_rows": config.job.forward_on_driver_max_rows,
               "repeat": args.repeat, "forwarding": _job_forwards(config), "fill_s": round(fill_s, 1),
               **med, "ratio_wall_p50": ratio("wall_p50_s"), "ratio_cpu_p50": ratio("cpu_p50_s"),
@@ -343,7 +371,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     else:
         forwarding = "forwarding off"
     print(f"bench job: {args.records} records, {args.batch} per batch, trigger "
-          f"{config.job.trigger_interval_s:g} s, {forwarding}, {args.repeat} runs per side (medians)")
+          f"{config.job.trigger_interval_s:g} s ({result['rate']:g} msg/s), {forwarding}, {args.repeat} runs per side (medians)")
     for side in ("floor", "job"):
         s = med[side]
         print(f"  {side:5s} wall p50 {s['wall_p50_s']} s p99 {s['wall_p99_s']} s  "

@@ -10,9 +10,8 @@ import pytest
 
 from bridge.cli import main
 
-pytestmark = [pytest.mark.slow]
 
-
+@pytest.mark.slow
 def test_bench_job_json(tmp_path, capsys):
     code = main(["bench", "job", "--json", "--records", "600", "--batch", "200", "--repeat", "1",
                  "--idle", "1", "--warmup", "0", "--set", f"data_dir={tmp_path}", "--set", "amqp.url="])
@@ -27,3 +26,34 @@ def test_bench_job_json(tmp_path, capsys):
         assert out[side]["parts_p50_s"]["addBatch"] > 0, out
     assert {"read_parse", "tables"} <= set(out["job"]["foreach_batch_p50_s"]), out
     assert out["ratio_wall_p50"] > 0 and out["job_idle_over_warm"] > 0
+
+
+def test_bench_job_sizes_follow_the_rate_and_the_trigger():
+    """A batch is what --rate brings in one trigger (200 msg/s at the default
+    5 s: 1,000 records), the log holds BATCHES of them; explicit sizes win;
+    bad ones are a usage error (one line, exit 2) before any Spark starts."""
+    import argparse
+
+    from bridge.bench.job import BATCHES, _sizes
+    from bridge.cli import UsageError
+    from bridge.config import load_config
+
+    def ns(**kw):
+        return argparse.Namespace(**{"rate": 200.0, "batch": None, "records": None, **kw})
+
+    five, one = load_config(None, ["job.trigger_interval_s=5"]), load_config(None, ["job.trigger_interval_s=1"])
+    assert (_sizes(ns(), five).batch, _sizes(ns(), five).records) == (1000, BATCHES * 1000)
+    assert _sizes(ns(), one).batch == 200
+    assert _sizes(ns(rate=50.0), one).batch == 50
+    got = _sizes(ns(batch=300, records=900), five)
+    assert (got.batch, got.records) == (300, 900)
+    with pytest.raises(UsageError, match="--rate must be positive"):
+        _sizes(ns(rate=0.0), five)
+    with pytest.raises(UsageError, match="at least 1"):
+        _sizes(ns(batch=0), five)
+
+
+def test_bench_job_bad_rate_is_one_line_exit_2(capsys):
+    assert main(["bench", "job", "--rate", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["lakegate: bench job: --rate must be positive, got -1"]

@@ -26,7 +26,7 @@ from bridge.mqtt import Subscribe, Subscription
 from tests.amqp.conftest import rabbitmqctl
 from tests.amqp.test_receiver import send
 from tests.edge.conftest import RawClient
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -145,8 +145,8 @@ def test_qos1_accepted_only_after_puback_and_released_when_the_client_drops(down
     send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", cmd(topic, b"reboot", 1))
     pub = c.packet()
     assert pub[0] == 0x32 and pub.endswith(b"reboot")
-    time.sleep(0.3)  # time enough for a wrong early settlement to be counted
-    assert hub.rx.stats["accepted"] == 0 and hub.rx.stats["released"] == 0
+    holds_for(lambda: hub.rx.stats["accepted"] == 0 and hub.rx.stats["released"] == 0, 0.3,
+              "nothing settled before the PUBACK")
     c.close()  # no PUBACK
     wait_for(lambda: hub.rx.stats["released"] == 1, 10, "the delivery released")
     c = raw_subscriber(edge, cid, 5, topic, 1)
@@ -223,8 +223,8 @@ def test_credit_follows_the_receive_maximum_MQTT_3_3_4_9(downlink, rabbitmq):
     link_ready(edge, CLIENT_ADDRESS.format(client_id=cid))
     send(rabbitmq, f"/amq/queue/mqtt.to.{cid}", *[cmd(topic, b"m%d" % i, 1) for i in range(6)])
     first = [c.packet(), c.packet()]
-    time.sleep(0.5)
-    assert hub.rx.stats["received"] == 2  # no more credit than the window [MQTT-3.3.4-9]
+    holds_for(lambda: hub.rx.stats["received"] == 2, 0.5,  # no more credit than the window [MQTT-3.3.4-9]
+              "at most Receive Maximum messages received")
     for p in first:
         c.send(b"\x40\x02" + p[4 + len(topic):6 + len(topic)])
     got = [c.packet() for _ in range(2)]
@@ -383,8 +383,7 @@ def test_the_peer_restarted_mid_flow_links_attach_again_nothing_accepted_undeliv
         assert again[:1] == b"\x32" and again.endswith(b"held"), (again, hub.stats, hub.rx.stats,
                                                                    node._ctl("list_queues", "-q", "name", "messages").stdout)
         c.send(b"\x40\x02" + pid_of(held))  # the copy from before: its delivery is gone
-        time.sleep(0.3)  # time enough for a wrong settlement to be counted
-        assert hub.rx.stats["accepted"] == 1
+        holds_for(lambda: hub.rx.stats["accepted"] == 1, 0.3, "the old copy's PUBACK settles nothing")
         queued = node._ctl("list_queues", "-q", "name", "messages").stdout
         assert f"mqtt.to.{cid}\t1" in queued, queued  # still the peer's, unacknowledged
         c.send(b"\x40\x02" + pid_of(again))

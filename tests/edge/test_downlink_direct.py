@@ -18,7 +18,7 @@ from proton import Message, symbol
 from bridge.mqtt import Subscribe, Subscription
 from tests.amqp.direct_peer import DirectPeer
 from tests.edge.conftest import RawClient
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for
 
 
 @pytest.fixture
@@ -56,8 +56,7 @@ def test_qos1_the_producer_sees_accepted_only_after_the_puback(direct, peer):
                                annotations={symbol("x-qos"): 1}), "reboot")
     pub = c.packet()
     assert pub[0] == 0x32 and pub.endswith(b"reboot")
-    time.sleep(0.5)  # time enough for a wrong early disposition to reach the producer
-    assert "reboot" not in peer.outcomes
+    holds_for(lambda: "reboot" not in peer.outcomes, 0.5, "no disposition before the PUBACK")
     acked = time.monotonic()
     c.send(b"\x40\x02" + pid_of(pub, topic))
     wait_for(lambda: "reboot" in peer.outcomes, 10, "the producer's disposition")
@@ -77,15 +76,13 @@ def test_qos2_accepted_at_pubrec_then_amqp_pubrel_accepted_at_pubcomp(direct, pe
     pub = c.packet()
     assert pub[0] == 0x34 and pub.endswith(b"two")
     pid = pid_of(pub, topic)
-    time.sleep(0.3)
-    assert "publish" not in peer.outcomes
+    holds_for(lambda: "publish" not in peer.outcomes, 0.3, "no disposition before PUBREC")
     c.send(b"\x50\x02" + pid)  # PUBREC
     wait_for(lambda: "publish" in peer.outcomes, 10, "AMQP_PUBLISH's disposition")
     assert peer.outcomes["publish"][0] == "accepted"
     peer.send(address, Message(address=topic, subject="pubrel", id="c-2"), "pubrel")
     assert c.packet() == b"\x62\x02" + pid  # PUBREL, once AMQP_PUBREL came
-    time.sleep(0.3)
-    assert "pubrel" not in peer.outcomes  # waits for PUBCOMP
+    holds_for(lambda: "pubrel" not in peer.outcomes, 0.3, "AMQP_PUBREL waits for PUBCOMP")
     c.send(b"\x70\x02" + pid)
     wait_for(lambda: "pubrel" in peer.outcomes, 10, "AMQP_PUBREL's disposition")
     assert peer.outcomes["pubrel"][0] == "accepted"
