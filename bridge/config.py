@@ -305,9 +305,10 @@ class SparkConfig:
     log_level: str = "WARN"
     #: JVM options of a local session's JVM (driver and executors in one; not
     #: under spark-submit, whose --driver-java-options win). C1 only: the JIT's
-    #: C2 compiler threads were half the JVM's CPU in a small deployment
-    #: (README, "Where the CPU goes"); "" for the JVM's defaults.
-    java_options: str = "-XX:TieredStopAtLevel=1"
+    #: C2 compiler threads were half the JVM's CPU in a small deployment; the
+    #: serial collector: G1's concurrent threads were two thirds of what was
+    #: left (README, "The local JVM"); "" for the JVM's defaults.
+    java_options: str = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @dataclass

@@ -62,6 +62,7 @@ def test_workers_import_pyspark_from_the_installed_package_with_the_preloads(spa
 
     import json
 
+    assert spark.conf.get("spark.python.daemon.module") == "bridge.spark.daemon"
     got = json.loads(spark.range(1).select(probe("id")).first()[0])
     assert got["zips"] == [], got
     assert ".zip" not in got["pyspark"] and os.path.realpath(got["pyspark"]) == os.path.realpath(pyspark.__file__), got
