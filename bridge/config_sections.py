@@ -1,0 +1,255 @@
+"""The configuration's sections, one dataclass each: every key with its
+default (identical to ``conf/lakegate.toml``) and what it means.
+:class:`bridge.config.Config` holds one of each; ``bridge.config`` loads,
+checks and renders them (and re-exports these classes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EdgeConfig", "CaptureConfig", "AmqpConfig", "TablesConfig", "TapConfig", "JobConfig", "SparkConfig", "SqlConfig", "MetricsConfig"]
+
+
+@dataclass
+class EdgeConfig:
+    """The MQTT edge server (``lakegate edge``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 1883
+    #: TLS listener port; 0 = no TLS listener.
+    tls_port: int = 0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    max_connections: int = 10000
+    #: Maximum Packet Size the edge accepts (and advertises in MQTT 5 CONNACK).
+    max_packet_bytes: int = 1048576
+    #: Receive Maximum advertised in MQTT 5 CONNACK.
+    receive_maximum: int = 1024
+    #: Topic Alias Maximum advertised in MQTT 5 CONNACK (0 = no aliases).
+    topic_alias_maximum: int = 64
+    #: Unacknowledged QoS 2 packet ids allowed per client (awaiting PUBREL).
+    max_inflight_qos2: int = 1024
+    connect_timeout_s: float = 10.0
+    retain_available: bool = True
+    allow_anonymous: bool = True
+    #: Password file managed by ``lakegate passwd``; empty = no password check.
+    password_file: str = ""
+    #: Mosquitto-format ACL file (user/topic/pattern lines), reread when it
+    #: changes; empty = no authorization (every client may publish and subscribe).
+    acl_file: str = ""
+    #: "capture": PUBACK/PUBREC once the frame is durable in the capture log;
+    #: "forward": once the AMQP peer accepted the forwarded message.
+    ack_after: str = "capture"
+    #: Seconds a graceful shutdown waits for connections to close.
+    shutdown_grace_s: float = 5.0
+    #: Threads that check passwords (scrypt, ~0.1 s and 32 MiB each).
+    auth_workers: int = 2
+    #: Password checks waiting for a worker; beyond: CONNACK 0x89 (3.x 0x03) at once.
+    auth_max_pending: int = 64
+    #: Password checks waiting or running per remote address; beyond: 0x89 / 0x03.
+    auth_max_pending_per_address: int = 4
+    #: After n >= 3 failed checks in a row an address is refused (0x89 / 0x03)
+    #: for 0.1 s * 2**(n-3), at most this many seconds; 0 = no back-off.
+    auth_failure_backoff_s: float = 10.0
+    #: A frame that has started must be complete within this many seconds.
+    frame_timeout_s: float = 60.0
+    #: Bytes of incomplete frames buffered across all connections; beyond it
+    #: the connection whose incomplete frame is the oldest is closed.
+    max_buffered_bytes: int = 268435456
+    #: Expiry of MQTT 3.x persistent sessions (Clean Session 0) after their
+    #: connection ends, like Mosquitto's persistent_client_expiration; 0 = never.
+    persistent_session_expiry_s: int = 604800
+    #: Persistent sessions kept; beyond it the longest-disconnected are dropped.
+    max_persistent_sessions: int = 100000
+    #: QoS 2 ids awaiting PUBREL kept across disconnected sessions; beyond it
+    #: the longest-disconnected sessions are dropped.
+    max_stored_qos2_ids: int = 200000
+    #: QoS 1/2 PUBLISH packets the edge sends a subscriber before it must wait
+    #: for acknowledgements (MQTT 5: at most the client's Receive Maximum).
+    max_inflight_messages: int = 20
+    #: Messages queued per session (waiting to be sent, or for a disconnected
+    #: persistent session); beyond it the oldest are dropped, counted and logged.
+    max_queued_messages: int = 1000
+    #: The same bound in payload bytes.
+    max_queued_bytes: int = 67108864
+    #: Subscriptions one client may hold; a SUBSCRIBE beyond it is refused
+    #: per filter (SUBACK 0x97 Quota exceeded; 3.x 0x80).
+    max_subscriptions_per_client: int = 1000
+    #: Retained messages on SUBSCRIBE come from the ``retained`` table: how
+    #: often (seconds) the edge looks for a newer version of it.
+    retained_refresh_s: float = 1.0
+    #: Payloads and properties of retained messages read from the table's
+    #: files and kept in memory, at most this many bytes (loading fills it).
+    retained_cache_bytes: int = 33554432
+
+
+@dataclass
+class CaptureConfig:
+    """The capture log the edge writes and the Spark source reads."""
+
+    #: Capture stream name (the records' ``topic`` column).
+    stream: str = "mqtt-frames"
+    partitions: int = 4
+    segment_bytes: int = 64 * 1024 * 1024
+    #: Group commit: what is pending is fsynced at once when the last commit
+    #: started this many ms ago or more, else when that interval is over (at
+    #: most one commit per interval under load)...
+    fsync_interval_ms: int = 2
+    #: ...or as soon as this many appends are pending.
+    fsync_records: int = 1000
+    #: Back-pressure: appends wait once this many bytes are not yet written.
+    max_pending_bytes: int = 16 * 1024 * 1024
+    #: Retention applies only below the consumer's committed offset.
+    retention_age_s: int = 7 * 24 * 3600
+    retention_bytes: int = 10 * 1024 * 1024 * 1024
+    #: How often the writer applies retention.
+    retention_check_interval_s: int = 60
+
+
+@dataclass
+class AmqpConfig:
+    """AMQP 1.0 forwarding. An empty url turns forwarding off."""
+
+    url: str = "amqp://guest:guest@127.0.0.1:5672"
+    #: Target address per MQTT topic. Placeholders: {topic} (verbatim MQTT
+    #: topic) and {routing_key} (topic with '/' mapped to '.', for RabbitMQ's
+    #: ``/topic/<routing key>`` addresses).
+    address_template: str = "/topic/{routing_key}"
+    #: "seed" (the front-end design's mapping) or "enmasse" (its later revision).
+    profile: str = "seed"
+    #: SASL mechanisms to allow, space separated (PLAIN, ANONYMOUS).
+    sasl_mechanisms: str = "PLAIN ANONYMOUS"
+    #: User and password when the url carries none (the url wins).
+    username: str = ""
+    password: str = ""
+    tls_ca_file: str = ""
+    #: AMQP idle time-out: a peer silent (heartbeats included) for up to twice
+    #: this is taken for dead (a black-holed connection) and reconnected.
+    idle_timeout_s: float = 5.0
+    link_idle_s: float = 300.0
+    disposition_timeout_s: float = 30.0
+    max_retries: int = 5
+    retry_backoff_s: float = 0.5
+    container_id: str = "lakegate"
+    #: rcv-settle-mode of the QoS 2 sender link: "profile" (seed: first,
+    #: enmasse: second), "first" or "second". RabbitMQ 3.x refuses "second".
+    qos2_rcv_settle_mode: str = "profile"
+    #: AMQP -> MQTT (the edge's receiving links, ``bridge.edge.downlink``):
+    #: off unless true (the edge then receives from ``url``).
+    downlink: bool = False
+    #: Each connected client's own address ({client_id}); the seed's
+    #: ``$mqtt.to.{client_id}``. RabbitMQ 3.x takes only its own address
+    #: forms: ``/queue/mqtt.to.{client_id}`` (a queue it keeps while the
+    #: client is away). Empty: no per-client links.
+    client_address_template: str = "$mqtt.to.{client_id}"
+    #: The one topic link of the edge (messages sent to a topic address,
+    #: matched against the edge's subscriptions); empty: none.
+    downlink_topic_address: str = "/topic/#"
+    #: Unsettled messages the topic link holds at most (its credit).
+    downlink_credit: int = 100
+    #: QoS 2 to a subscriber: "peer" (the seed: PUBREL to the client once the
+    #: AMQP side sends AMQP_PUBREL) or "edge" (the edge sends PUBREL at PUBREC).
+    downlink_pubrel: str = "peer"
+    #: Who forwards to AMQP: "edge" (the process hosting the edge, as records
+    #: become durable: ``bridge.amqp.live``), "job" (the Spark job, per
+    #: micro-batch) or "auto" (``lakegate run``: the edge; ``lakegate
+    #: process`` and spark-submit: the job; ``lakegate edge``: nobody).
+    forward_by: str = "auto"
+    #: Live forwarding: how long after a range began the next one starts
+    #: (at once if the range took longer; records gather meanwhile; idle,
+    #: it waits for the edge's next commit), and the most records it
+    #: forwards in one range.
+    live_interval_ms: int = 100
+    live_max_records: int = 20000
+
+
+@dataclass
+class TablesConfig:
+    """Delta tables under ``data_dir``."""
+
+    #: "auto" (delta-spark when its JVM classes are present, else delta-rs),
+    #: "delta-rs" or "delta-spark".
+    engine: str = "auto"
+    compact_interval_s: int = 3600
+    vacuum_retention_hours: int = 168
+
+
+@dataclass
+class TapConfig:
+    """``lakegate tap``: capture from an existing broker through a subscription."""
+
+    #: mqtt://HOST:PORT (mqtts:// for TLS) of the broker to tap.
+    broker: str = ""
+    #: Topic filter to subscribe to (``--topic`` may give several).
+    topic: str = "#"
+    client_id: str = "lakegate-tap"
+    username: str = ""
+    password: str = ""
+    #: MQTT 5 Session Expiry Interval: how long the broker keeps the tap's
+    #: session (and queues its messages) while the tap is down.
+    session_expiry_s: int = 86400
+    keepalive_s: int = 60
+    tls_ca_file: str = ""
+
+
+@dataclass
+class JobConfig:
+    """The streaming job (``jobs/process_packets.py``, ``lakegate process``)."""
+
+    #: A micro-batch at most this often. 5 s: the efficiency mode (issue 25).
+    #: With live forwarding (``lakegate run``'s default) the trigger decides
+    #: only how fresh the tables are; a job that forwards (``amqp.forward_by
+    #: = "job"``, ``lakegate process``, spark-submit) adds it to AMQP
+    #: latency: set 1 s or less there (the latency mode).
+    trigger_interval_s: float = 5.0
+    max_records_per_trigger: int = 500000
+    query_name: str = "lakegate"
+    #: a batch with at most this many rows to forward is forwarded from the
+    #: driver (the batch is there already: no Spark job, no Python worker);
+    #: larger ones from the executors, in parallel. 0: always the executors.
+    forward_on_driver_max_rows: int = 2000
+
+
+@dataclass
+class SparkConfig:
+    """Spark session settings (spark-submit's own --master wins)."""
+
+    master: str = "local[*]"
+    app_name: str = "lakegate"
+    driver_memory: str = "2g"
+    shuffle_partitions: int = 4
+    ui_enabled: bool = False
+    log_level: str = "WARN"
+    #: JVM options of a local session's JVM (driver and executors in one; not
+    #: under spark-submit, whose --driver-java-options win). C1 only: the JIT's
+    #: C2 compiler threads were half the JVM's CPU in a small deployment; the
+    #: serial collector: G1's concurrent threads were two thirds of what was
+    #: left (README, "The local JVM"); "" for the JVM's defaults.
+    java_options: str = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+@dataclass
+class SqlConfig:
+    """The Spark Connect endpoint of ``lakegate run`` / ``lakegate process``
+    (``bridge.sqlserve``): ``lakegate sql``, the notebooks and any Spark
+    Connect client query the tables through it."""
+
+    #: Loopback by default. Any other address needs ``connect_token`` (Spark
+    #: Connect's bearer token; the server has no TLS of its own: put a TLS
+    #: proxy in front of it to leave the host).
+    connect_host: str = "127.0.0.1"
+    #: Spark Connect's usual port; 0 turns the endpoint off.
+    connect_port: int = 15002
+    #: Token a client must present (``sc://host:port/;token=...``); empty: none.
+    connect_token: str = ""
+
+
+@dataclass
+class MetricsConfig:
+    """Prometheus ``/metrics`` and ``/healthz`` of ``lakegate run`` (``bridge.metrics``)."""
+
+    host: str = "127.0.0.1"
+    #: 0 turns the endpoint off.
+    port: int = 9883
+    #: /healthz fails when records wait in the log and the last batch is older than this.
+    max_batch_age_s: float = 120.0
