@@ -467,8 +467,10 @@ class _Bench:
             if over:
                 result["kill_overload"] = await self._lakegate_kill(lg, "lg-kill-over", over, capture, drained)
                 await wait_until(drained, 120)
+                lg.check_alive("after the overload kill test")
             result["kill"] = await self._lakegate_kill(lg, "lg-kill", o.rate, ["edge.ack_after=forward"], drained)
             await wait_until(drained, 120)
+            lg.check_alive("after the kill test (started again with edge.ack_after=forward)")
             self.say(f"lakegate: ack_after=forward, latency at {o.rate} msg/s ...")
             # no warm-up: the recovery after the kill already ran the restarted job's forwarding
             _ph, result["ack_after_forward"] = await self._latency(lg.port, "lg-fwd", False, lg.cpu)
@@ -486,6 +488,7 @@ class _Bench:
                 await w.publish()
                 w.close()
                 await wait_until(drained, 120)
+                lg.check_alive("with forwarding off")
                 held = (result.get("sustained") or {}).get("max_sustained_rate")
                 self.say(f"lakegate: forwarding off, sustained rate from {held or o.start_rate:,.0f} msg/s ...")
                 result["sustained_forwarding_off"] = await self._steps(lg.port, "lg-off", job_probe, lg.cpu,

@@ -112,6 +112,12 @@ class Lakegate:
     def cpu(self) -> float:
         return self.cpu_dead + (session_cpu(self.proc.pid) if self.proc is not None else 0.0)
 
+    def check_alive(self, when: str) -> None:
+        """RuntimeError with the end of its log when this incarnation has exited
+        (the bench would otherwise fail later on a refused connection)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"lakegate run exited with code {self.proc.returncode} {when}: {self.tail(20)}")
+
     def kill(self) -> None:
         """SIGKILL the whole process group (driver, Spark JVM, Python workers)."""
         if self.proc is None:
