@@ -275,7 +275,7 @@ def _validate(key: str, value: Any, source: str) -> None:
     if key == "edge.topic_alias_maximum" and not (0 <= value <= 65535):
         raise ConfigError(key, source, f"must be 0-65535, got {value!r}")
     if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s",
-               "job.forward_on_driver_max_rows") and value < 0:
+               "job.forward_on_driver_max_rows", "job.parse_on_driver_max_rows") and value < 0:
         raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")

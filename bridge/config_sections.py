@@ -208,6 +208,12 @@ class JobConfig:
     #: driver (the batch is there already: no Spark job, no Python worker);
     #: larger ones from the executors, in parallel. 0: always the executors.
     forward_on_driver_max_rows: int = 2000
+    #: a batch of at most this many capture records is parsed on the driver
+    #: (the records as Arrow, the same parser: no second Python-worker hop,
+    #: no UDF to plan); larger ones by the pandas UDF on the executors. A
+    #: job that forwards parses on the driver only a batch it also forwards
+    #: from there. 0: always the pandas UDF on the executors.
+    parse_on_driver_max_rows: int = 2000
 
 
 @dataclass

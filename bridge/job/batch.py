@@ -1,11 +1,28 @@
 """The foreachBatch step: tables, then AMQP forwarding, then maintenance.
 
 ``BatchStep`` is called by Spark once per micro-batch, on the driver, with the
-batch's frame rows (``schemas.tables.FRAME_ROW_DDL``). It is not pickled and
-never runs on executors. A batch with at most
-``job.forward_on_driver_max_rows`` rows to forward is forwarded from the
-driver (from the batch as Arrow); a bigger one on executors (one AMQP
-connection per task over a capture partition).
+batch's capture records (``schemas.capture.CAPTURE_RECORD_DDL``, as the
+source reads them). It is not pickled and never runs on executors.
+
+Where a batch is parsed into frame rows (``schemas.tables.FRAME_ROW_DDL``)
+depends on its size, which Spark's offset log tells before the batch is
+read (``batch_records``):
+
+- at most ``job.parse_on_driver_max_rows`` records (and, when the job
+  forwards, at most ``job.forward_on_driver_max_rows``): the records come to
+  the driver as Arrow, as the floor query's do, and the driver makes the
+  frame rows with :func:`bridge.job.arrow_frames.frame_rows_arrow` (the same
+  parser, ``bridge.parse.frames.parse_frames``, and the same columns; kept
+  equal by ``tests/job/test_arrow_frames.py``). This saves the pandas UDF's
+  second Python-worker hop and its planning, some 0.08 s of wall and CPU
+  time of a 0.3 s batch at 1,000 records (README, "Where issue 25 ends");
+- larger, or of unknown size (a checkpoint's first batch): the executors
+  parse with the pandas UDF (``bridge.job.pipeline.frame_rows``) and the
+  driver collects the frame rows.
+
+A batch with at most ``job.forward_on_driver_max_rows`` rows to forward is
+forwarded from the driver (from the batch as Arrow); a bigger one on
+executors (one AMQP connection per task over a capture partition).
 
 Order and failure semantics:
 
@@ -49,7 +66,7 @@ from bridge.tables.writer import TableStats, write_tables, write_unforwardable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "StopRequested", "batch_records", "is_stop_requested", "offset_log_entry",
+__all__ = ["BatchStats", "BatchStep", "Placement", "StopRequested", "batch_records", "is_stop_requested", "offset_log_entry",
            "partitions_aligned", "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
@@ -100,6 +117,15 @@ class StopRequested(RuntimeError):
 def is_stop_requested(error: object) -> bool:
     """Whether a query's failure (exception or its text) is a ``StopRequested``."""
     return StopRequested.__name__ in str(error)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the batch step handles one micro-batch (``BatchStep._placement``)."""
+
+    records: int | None  # capture records in the batch (offset log), None: unknown
+    parse_on_driver: bool  # frame rows made on the driver from the records as Arrow
+    cache: bool  # the executors' frame rows kept in Spark's cache (they may forward them)
 
 
 @dataclass
@@ -209,18 +235,29 @@ class BatchStep:
             self._app_id = f"lakegate:{query_id_from_checkpoint(self.checkpoint)}"
         return self._app_id
 
-    def __call__(self, frames: "DataFrame", batch_id: int) -> None:
+    def __call__(self, records: "DataFrame", batch_id: int) -> None:
         t0 = time.monotonic()
         stats = BatchStats(batch_id=batch_id)
         with self._lock:
             if self.stop is not None and self.stop.is_set():
                 raise StopRequested(f"stop requested: batch {batch_id} runs again from the checkpoint on the next start")
-            cache = self._needs_cache(batch_id)
-            if cache:
-                frames = frames.persist()
+            place = self._placement(batch_id)
+            stats.extra["parsed_on"] = "driver" if place.parse_on_driver else "executors"
+            frames = None
+            if not place.parse_on_driver:
+                from bridge.job.pipeline import frame_rows
+
+                frames = frame_rows(records)
+                if place.cache:
+                    frames = frames.persist()
             try:
                 t1 = time.monotonic()
-                table = frames.toArrow()
+                if frames is None:
+                    from bridge.job.arrow_frames import frame_rows_arrow
+
+                    table = frame_rows_arrow(records.toArrow().to_batches())
+                else:
+                    table = frames.toArrow()
                 t2 = time.monotonic()
                 last = _last_offsets(table)  # per capture partition, once per batch
                 stats.tables = write_tables(self.engine, table, self.app_id, batch_id,
@@ -232,7 +269,7 @@ class BatchStep:
                     # nothing to forward starts no Spark job for it.
                     n_forward = _forwardable(table)
                     if n_forward:
-                        fwd = self._forward(frames, table, n_forward, batch_id)
+                        fwd = self._forward(records, frames, table, n_forward, batch_id)
                         counts = fwd.as_dict() if hasattr(fwd, "as_dict") else dict(fwd or {})
                     else:
                         fwd, counts = None, {}
@@ -254,30 +291,32 @@ class BatchStep:
                     stats.extra["timing_s"]["forward"] = round(time.monotonic() - t3, 3)
                 log.debug("batch %d timing: %s", batch_id, stats.extra.get("timing_s"))
             finally:
-                if cache:
+                if place.cache and frames is not None:
                     frames.unpersist()
             self._maybe_maintain()
         stats.seconds = time.monotonic() - t0
         if self.on_stats is not None:
             self.on_stats(stats)
 
-    def _needs_cache(self, batch_id: int) -> bool:
-        """Whether the batch is kept in Spark's cache after ``toArrow``:
-        only when the executors may forward it (they read the frames again;
-        without the cache they would read and parse them again). A batch the
-        offset log shows to hold at most ``job.forward_on_driver_max_rows``
-        records is forwarded from the driver, whatever it holds; and without
-        forwarding nothing reads the frames twice. persist + unpersist cost
-        about 10 ms a batch, about 4 % of a small one."""
-        if self.forward is None:
-            return False
-        limit = self.config.job.forward_on_driver_max_rows
-        if limit <= 0:
-            return True
-        n = batch_records(self.checkpoint, batch_id)
-        return n is None or n > limit
+    def _placement(self, batch_id: int) -> "Placement":
+        """Where batch ``batch_id`` is parsed, and whether its frame rows are
+        kept in Spark's cache; from its size in the offset log (module doc).
 
-    def _forward(self, frames: "DataFrame", table, n_forward: int, batch_id: int) -> Any:
+        Cached only when the executors parse it and may forward it (they
+        read the frame rows again; without the cache they would read and
+        parse them again); without forwarding nothing reads them twice.
+        persist + unpersist cost about 10 ms a batch."""
+        n = batch_records(self.checkpoint, batch_id)
+        job = self.config.job
+        fwd_limit = job.forward_on_driver_max_rows
+        fits_driver_forwarding = 0 < fwd_limit and n is not None and n <= fwd_limit
+        on_driver = (0 < job.parse_on_driver_max_rows and n is not None and n <= job.parse_on_driver_max_rows
+                     and (self.forward is None or fits_driver_forwarding))
+        cache = not on_driver and self.forward is not None and not fits_driver_forwarding
+        return Placement(records=n, parse_on_driver=on_driver, cache=cache)
+
+    def _forward(self, records: "DataFrame", frames: "DataFrame | None", table, n_forward: int,
+                 batch_id: int) -> Any:
         """Hand the batch to ``self.forward`` (``bridge.amqp.sink.forward_batch``).
 
         At most ``job.forward_on_driver_max_rows`` rows to forward: the
@@ -286,10 +325,16 @@ class BatchStep:
         ``select_forward``'s plan alone is some 700 py4j calls, 0.1 s a
         batch (measured with cProfile in ``lakegate bench job``), and
         ``partitions_aligned`` asks the JVM too. Otherwise the executors
-        forward ``select_forward(frames)``."""
+        forward ``select_forward(frames)`` (``frames``: the executors' frame
+        rows; made here from ``records`` if the driver parsed the batch,
+        which ``_placement`` avoids)."""
         limit = self.config.job.forward_on_driver_max_rows
         if 0 < limit and n_forward <= limit:
             return self.forward(None, batch_id, aligned=False, rows=n_forward, table=table)
+        if frames is None:
+            from bridge.job.pipeline import frame_rows
+
+            frames = frame_rows(records)
         return self.forward(select_forward(frames), batch_id, aligned=partitions_aligned(frames, table),
                             rows=n_forward, table=None)
 

@@ -51,7 +51,9 @@ def checkpoint_path(config: Config) -> Path:
 
 
 def frame_rows(records: "DataFrame") -> "DataFrame":
-    """Capture records (Kafka-shaped) -> frame rows (``schemas.tables.FRAME_ROW_DDL``)."""
+    """Capture records (Kafka-shaped) -> frame rows (``schemas.tables.FRAME_ROW_DDL``):
+    Spark expressions for the context columns, the pandas UDF for the frames
+    (the batch step's plan for a batch the executors parse)."""
     from pyspark.sql import functions as F
 
     from bridge.job.context import header, with_context
@@ -136,8 +138,10 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
         forwarding = job_forwards(config)
     forward = functools.partial(forward_batch, config=config) if forwarding and config.amqp.url else None
     step = BatchStep(config, engine, checkpoint, forward=forward, on_stats=listener.record, stop=stop)
+    # the step gets the capture records and parses each batch where its size
+    # says (on the driver, or by the pandas UDF on executors: bridge.job.batch)
     writer = (
-        frame_rows(records).writeStream.foreachBatch(step)
+        records.writeStream.foreachBatch(step)
         .option("checkpointLocation", str(checkpoint))
         .queryName(config.job.query_name)
     )

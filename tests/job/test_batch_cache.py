@@ -1,6 +1,7 @@
-"""Which micro-batches the batch step keeps in Spark's cache: only those the
-executors may forward (they read the frames again). The size comes from
-Spark's offset log, written before foreachBatch runs."""
+"""Where the batch step parses a micro-batch (driver or the executors' pandas
+UDF) and which batches it keeps in Spark's cache: only those the executors
+may forward (they read the frames again). The size comes from Spark's offset
+log, written before foreachBatch runs."""
 
 from __future__ import annotations
 
@@ -35,18 +36,26 @@ def test_batch_records_unknown_is_none(tmp_path, setup, batch_id):
     assert batch_records(tmp_path, batch_id) is None
 
 
-@pytest.mark.parametrize("forward, limit, records, cached", [
-    (False, 2000, 10_000, False),  # nothing reads the frames twice
-    (True, 2000, 200, False),      # forwarded from the driver's Arrow copy
-    (True, 2000, 2000, False),
-    (True, 2000, 2001, True),      # may go to the executors
-    (True, 0, 200, True),          # driver forwarding off
-    (True, 2000, None, True),      # size unknown: assume big
+@pytest.mark.parametrize("forward, limit, parse_limit, records, on_driver, cached", [
+    (False, 2000, 2000, 10_000, False, False),  # executors parse; nothing reads the frames twice
+    (False, 2000, 2000, 2000, True, False),     # parsed on the driver
+    (False, 2000, 0, 200, False, False),        # driver parsing off: the pandas UDF
+    (True, 2000, 2000, 200, True, False),       # parsed and forwarded on the driver
+    (True, 2000, 2000, 2000, True, False),
+    (True, 2000, 2000, 2001, False, True),      # may go to the executors
+    (True, 500, 2000, 1000, False, True),       # forwarded by the executors: they parse it
+    (True, 2000, 0, 200, False, False),         # executors parse, the driver forwards its Arrow copy
+    (True, 0, 2000, 200, False, True),          # driver forwarding off
+    (True, 2000, 2000, None, False, True),      # size unknown: assume big
+    (False, 2000, 2000, None, False, False),
 ])
-def test_a_batch_is_cached_only_when_executors_may_forward_it(tmp_path, forward, limit, records, cached):
-    cfg = load_config(None, [f"data_dir={tmp_path}", f"job.forward_on_driver_max_rows={limit}"], env={})
+def test_where_a_batch_is_parsed_and_whether_it_is_cached(tmp_path, forward, limit, parse_limit, records,
+                                                          on_driver, cached):
+    cfg = load_config(None, [f"data_dir={tmp_path}", f"job.forward_on_driver_max_rows={limit}",
+                             f"job.parse_on_driver_max_rows={parse_limit}"], env={})
     if records is not None:
         _offsets(tmp_path, 6, {0: 1000})
         _offsets(tmp_path, 7, {0: 1000 + records})
     step = BatchStep(cfg, engine=None, checkpoint=tmp_path, forward=(lambda *a, **k: None) if forward else None)
-    assert step._needs_cache(7) is cached  # noqa: SLF001 - the decision itself
+    place = step._placement(7)  # noqa: SLF001 - the decision itself
+    assert (place.records, place.parse_on_driver, place.cache) == (records, on_driver, cached)

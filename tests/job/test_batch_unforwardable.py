@@ -12,7 +12,6 @@ from bridge.amqp.unforwardable import Unforwardable
 from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.job.batch import BatchStep
-from bridge.job.pipeline import frame_rows
 from bridge.tables.deltars import DeltaRsEngine
 from tests.job.frames import append_publish
 
@@ -37,13 +36,14 @@ class SinkResult:
         return ForwardResult(rows=rows, accepted=rows - 1, unforwardable=1, failures=[fail])
 
 
+@pytest.mark.parametrize("parsed_on", ["executors", "driver"])
 @pytest.mark.parametrize("rule, error", [
     ("LG-amqp-unforwardable", "[LG-amqp-unforwardable] ValueError: does not fit"),
     ("LG-amqp-rejected", "[LG-amqp-rejected] AMQP peer did not accept publish mqtt-frames/0/1 sent to address "
                          "'/topic/t.1': rejected (amqp:decode-error: cannot decode) (3 attempts)"),
 ])
 def test_lg_amqp_unforwardable_and_lg_amqp_rejected_row_is_quarantined_counted_once_and_the_batch_completes(
-        spark, tmp_path, rule, error):
+        spark, tmp_path, rule, error, parsed_on):
     from bridge.spark.source import register
 
     cfg = load_config(None, [f"data_dir={tmp_path}", "capture.partitions=1", "amqp.url="], env={})
@@ -53,18 +53,24 @@ def test_lg_amqp_unforwardable_and_lg_amqp_rejected_row_is_quarantined_counted_o
         a.wait(10)
     log.close()
     register(spark)
-    frames = frame_rows(spark.read.format("lakegate").load(str(cfg.capture_dir)))
+    records = spark.read.format("lakegate").load(str(cfg.capture_dir))
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "metadata").write_text('{"id":"q-1"}\n')
+    batch_id = 0  # a checkpoint's first batch: size unknown, the executors' pandas UDF parses it
+    if parsed_on == "driver":  # the offset log says 3 records: the driver parses them
+        batch_id = 5
+        (checkpoint / "offsets").mkdir()
+        for i, end in ((4, 0), (5, 3)):
+            (checkpoint / "offsets" / str(i)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"0":{end}}}')
     engine = DeltaRsEngine(cfg.tables_dir)
     engine.ensure()
     seen = []
     sink = SinkResult(offset=1, rule=rule, error=error)
     step = BatchStep(cfg, engine, checkpoint, forward=sink, on_stats=seen.append)
 
-    step(frames, 0)
-    step(frames, 0)  # the batch runs again (checkpoint not committed): written once
+    step(records, batch_id)
+    step(records, batch_id)  # the batch runs again (checkpoint not committed): written once
 
     assert sink.calls == 2
     q = engine.arrow("quarantine").to_pylist()
@@ -73,3 +79,4 @@ def test_lg_amqp_unforwardable_and_lg_amqp_rejected_row_is_quarantined_counted_o
     assert engine.arrow("messages").num_rows == 3  # valid MQTT: still a message
     assert [(s.tables.quarantined, s.forward_unforwardable, s.forwarded) for s in seen] == [(1, 1, 2), (1, 1, 2)]
     assert seen[0].extra["forward"]["unforwardable"] == 1
+    assert [s.extra["parsed_on"] for s in seen] == [parsed_on] * 2
