@@ -305,6 +305,9 @@ class Runner:
             if outcome == "stopped":
                 return 1 if (edge.server.failed or edge.error) else 0
             delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+            if outcome == "jvm" and self._stop.is_set():
+                self._jvm_exited_while_stopping()
+                return 1 if (edge.server.failed or edge.error) else 0
             if outcome == "jvm":
                 self._restart_session(delay)
                 failures += 1
@@ -347,6 +350,23 @@ class Runner:
                 self._finish(query, edge)
             return "stopped"
         return query, failure
+
+    def _jvm_exited_while_stopping(self) -> None:
+        """The JVM exited while the run was stopping: it got the signal too
+        (systemd's default KillMode, ``timeout``, a terminal's SIGTERM to the
+        process group). Nothing is lost: what the edge acknowledged is in the
+        capture log, and a batch the JVM left unfinished runs again from the
+        checkpoint at the next start (its tables under the app transaction)."""
+        from bridge.job.pipeline import forget
+        from bridge.spark.jvm import describe_exit, discard_session, jvm_pid
+
+        pid, code = jvm_pid(self.spark), self._jvm_died()
+        log.warning("job: the Spark JVM (pid %s) %s while lakegate run was stopping (it got the signal too); "
+                    "a batch it had not finished runs again from the checkpoint at the next start",
+                    pid, describe_exit(code))
+        forget(self.spark)
+        discard_session(self.spark)
+        self.spark = None
 
     def _restart_session(self, delay: float) -> None:
         """The JVM exited: one line saying how, forget its session, wait, build a new one."""

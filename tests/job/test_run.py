@@ -44,14 +44,16 @@ def node(tmp_path_factory):
 class Run:
     """A `lakegate run` subprocess; its stdout lines are collected."""
 
-    def __init__(self, data_dir, *sets: str) -> None:
+    def __init__(self, data_dir, *sets: str, new_session: bool = False) -> None:
         env = child_env()
         args = [sys.executable, "-m", "bridge", "run", "--set", f"data_dir={data_dir}", "--set", "edge.port=0",
                 "--set", "spark.master=local[2]", "--set", "job.trigger_interval_s=0.5"]
         for s in sets:
             args += ["--set", s]
         self.data_dir = data_dir
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        # new_session: a process group of its own (the run and its JVM), to signal as systemd or a terminal does
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                                     start_new_session=new_session)
         self.lines: list[str] = []
         self.err: list[str] = []
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()

@@ -83,3 +83,34 @@ def test_killing_the_spark_jvm_keeps_the_edge_capturing_and_the_job_resumes(tmp_
     finally:
         code = run.stop()
     assert code == 0, "".join(run.err)[-2000:]
+
+
+def test_sigterm_to_the_whole_process_group_stops_cleanly_without_a_new_session(tmp_path):
+    """systemd (KillMode=control-group) and `timeout` signal the JVM with the
+    run: exit 0, one warning naming the JVM, no "starting a new Spark
+    session" error, and nothing acknowledged lost (the next run writes it)."""
+    run = Run(tmp_path, "amqp.url=", new_session=True)
+    try:
+        wait_for(lambda: any("job started" in e for e in run.err), timeout=180, what="the job to start")
+        c = _client(run.port, "dev-term")
+        for i in range(5):
+            assert c.publish("plant/term", b"t%d" % i, qos=1).wait_for_publish(10) is None
+        c.loop_stop()
+        c.disconnect()
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        assert run.proc.wait(90) == 0, "".join(run.err)[-3000:]
+    finally:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+            run.proc.wait(30)
+    err = "".join(run.err)
+    assert "starting a new Spark session" not in err, err[-3000:]
+    jvm_lines = [e for e in run.err if "the Spark JVM" in e]
+    assert len(jvm_lines) <= 1, jvm_lines  # the JVM may also have finished first
+    if jvm_lines:
+        assert "while lakegate run was stopping" in jvm_lines[0] and "WARNING" in jvm_lines[0], jvm_lines
+    again = Run(tmp_path, "amqp.url=")
+    try:
+        wait_for(lambda: _rows(tmp_path / "tables") >= 5, timeout=180, what="the acknowledged messages in the table")
+    finally:
+        assert again.stop() == 0, "".join(again.err)[-3000:]
