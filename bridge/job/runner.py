@@ -181,6 +181,8 @@ class Runner:
         #: The current session (a new one after the JVM died).
         self.spark: "SparkSession | None" = None
         self._own_session = False
+        #: the session whose SQL-endpoint catalog objects were asked for (once per session)
+        self._catalog_session: "SparkSession | None" = None
 
     def request_stop(self, *_: object) -> None:
         if not self._stop.is_set():
@@ -271,11 +273,41 @@ class Runner:
         endpoint.export_tables_dir(self.config)
         spark = build_session(self.config, app_name="lakegate-run", extra=endpoint.spark_conf(self.config))
         quiet_accumulator_server(spark)
-        endpoint.install(spark, self.config)
+        # the endpoint's catalog objects come once the query has started (_install_catalog)
         # Again after the session: PySpark's SparkContext installs its own SIGINT
         # handler (cancel all jobs, raise KeyboardInterrupt); ours finishes the batch.
         self._handle_signals()
         return spark
+
+    def _install_catalog(self) -> None:
+        """The SQL endpoint's catalog objects (``bridge.sqlserve.endpoint.install``)
+        in this session, once, on a thread: after the query has started, so
+        that they do not delay it (creating them took 2 s of a 9-10 s start;
+        the SQL session's first use is the query's). The endpoint answers
+        from the session's start (``lakegate sql`` and the notebooks make
+        their own views); other Connect clients see the tables once the
+        line "sql: Spark Connect endpoint on ..." is logged."""
+        spark = self.spark
+        if not (self._own_session and self.config.sql.connect_port) or spark is None \
+                or spark is self._catalog_session:
+            return
+        self._catalog_session = spark
+        threading.Thread(target=self._install_catalog_in, args=(spark,), name="lakegate-sql-catalog",
+                         daemon=True).start()
+
+    def _install_catalog_in(self, spark: "SparkSession") -> None:
+        from bridge.sqlserve import endpoint
+        from bridge.tables.engine import one_line
+
+        try:
+            endpoint.install(spark, self.config)
+        except Exception as exc:
+            if self._stop.is_set() or spark is not self.spark or self._jvm_died() is not None:
+                log.debug("sql: catalog objects not created (the session is going away): %s", exc)
+                return
+            log.error("sql: the endpoint's catalog objects (mqtt_match, the tables, the view retained) could not "
+                      "be created: %s; lakegate sql and the notebooks still work (they make their own views)",
+                      one_line(exc)[:300])
 
     def _jvm_died(self, wait_s: float = 0.0) -> int | None:
         """The exit status of this process's own Spark JVM once it has exited, else None."""
@@ -332,6 +364,7 @@ class Runner:
 
         query = self._query = start_query(self.spark, self.config, stop=self._stop,
                                           forwarding=job_forwards(self.config, live_elsewhere=self.live is not None))
+        self._install_catalog()
         failure: str | None = None
         while not self._stop.is_set() and query.isActive:
             if not edge.alive:

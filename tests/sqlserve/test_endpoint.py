@@ -62,6 +62,8 @@ def run(tmp_path_factory):
     try:
         assert wait_for(lambda: endpoint_answers(cfg), timeout=120), lg.tail()
         assert wait_for(lambda: _retained_version(tmp / "data") >= 1, timeout=120), lg.tail()  # first batch
+        # the catalog objects other Connect clients see come after the query started, on a thread
+        assert wait_for(lambda: "sql: Spark Connect endpoint on" in lg.log_text(), timeout=120), lg.tail()
         yield lg, tmp / "data", port
     finally:
         lg.stop()
