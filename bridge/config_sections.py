@@ -232,6 +232,10 @@ class SparkConfig:
     #: serial collector: G1's concurrent threads were two thirds of what was
     #: left (README, "The local JVM"); "" for the JVM's defaults.
     java_options: str = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    #: where the local JVM's class-data-sharing archives live
+    #: (``bridge.spark.class_archive``; ``lakegate jvm-archive`` makes one):
+    #: "auto" is $XDG_CACHE_HOME/lakegate or ~/.cache/lakegate; "" uses none.
+    class_archive_dir: str = "auto"
 
 
 @dataclass

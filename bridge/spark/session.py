@@ -61,6 +61,10 @@ def _base_conf(config: Config) -> dict[str, str]:
         "spark.sql.warehouse.dir": str(config.data_path / "spark-warehouse"),
     }
     java = shlex.split(config.spark.java_options)
+    if not any(o.startswith(("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")) for o in java):
+        from bridge.spark.class_archive import java_flags
+
+        java += java_flags(config)  # the JVM's classes from an archive, when there is one
     cdir = conf_dir()
     if cdir is not None and (cdir / "log4j2.properties").exists():
         java.append(f"-Dlog4j2.configurationFile=file:{cdir / 'log4j2.properties'}")
@@ -107,10 +111,21 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         _python_path_for_static_sources()
+        conf = {**_base_conf(config), **(extra or {})}
         builder = SparkSession.builder.master(config.spark.master).appName(name)
-        for k, v in {**_base_conf(config), **(extra or {})}.items():
+        for k, v in conf.items():
             builder = builder.config(k, v)
-        spark = builder.getOrCreate()
+        try:
+            spark = builder.getOrCreate()
+        except Exception as exc:
+            from bridge.spark.class_archive import set_aside, without_archive
+
+            java = conf.get("spark.driver.extraJavaOptions", "")
+            if without_archive(java) == java:
+                raise
+            # a JVM that crashed on its class archive (a damaged file): once more without it
+            set_aside(config, exc)
+            spark = builder.config("spark.driver.extraJavaOptions", without_archive(java)).getOrCreate()
     spark.sparkContext.setLogLevel(config.spark.log_level)
     log.info("spark session: master=%s app=%s version=%s", spark.sparkContext.master, name, spark.version)
     return spark
