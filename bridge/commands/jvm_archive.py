@@ -25,7 +25,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.spark import class_archive
 
     if class_archive.archive_dir(config) is None:
-        raise UsageError('spark.class_archive_dir is "": the JVM class archive is off (set it to "auto" or a directory)')
+        raise UsageError('spark.class_archive_dir is "": the JVM class archive is off '
+                         '(set it to "auto" or a directory)')
     require_java()  # JavaMissing: one line, exit 2
     path = class_archive.archive_path(config)
     usable = class_archive.usable_archive(config)

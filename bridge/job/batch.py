@@ -66,8 +66,8 @@ from bridge.tables.writer import TableStats, write_tables, write_unforwardable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["BatchStats", "BatchStep", "Placement", "StopRequested", "batch_records", "is_stop_requested", "offset_log_entry",
-           "partitions_aligned", "query_id_from_checkpoint", "select_forward"]
+__all__ = ["BatchStats", "BatchStep", "Placement", "StopRequested", "batch_records", "is_stop_requested",
+           "offset_log_entry", "partitions_aligned", "query_id_from_checkpoint", "select_forward"]
 
 log = logging.getLogger(__name__)
 

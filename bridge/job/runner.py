@@ -384,34 +384,32 @@ class Runner:
             return "stopped"
         return query, failure
 
+    def _drop_dead_session(self) -> tuple[object, str]:
+        """Forget the session whose JVM exited; its pid and how it exited, for the log line."""
+        from bridge.job.pipeline import forget
+        from bridge.spark.jvm import describe_exit, discard_session, jvm_pid
+
+        pid, how = jvm_pid(self.spark), describe_exit(self._jvm_died())
+        forget(self.spark)
+        discard_session(self.spark)
+        self.spark = None
+        return pid, how
+
     def _jvm_exited_while_stopping(self) -> None:
         """The JVM exited while the run was stopping: it got the signal too
         (systemd's default KillMode, ``timeout``, a terminal's SIGTERM to the
         process group). Nothing is lost: what the edge acknowledged is in the
         capture log, and a batch the JVM left unfinished runs again from the
         checkpoint at the next start (its tables under the app transaction)."""
-        from bridge.job.pipeline import forget
-        from bridge.spark.jvm import describe_exit, discard_session, jvm_pid
-
-        pid, code = jvm_pid(self.spark), self._jvm_died()
+        pid, how = self._drop_dead_session()
         log.warning("job: the Spark JVM (pid %s) %s while lakegate run was stopping (it got the signal too); "
-                    "a batch it had not finished runs again from the checkpoint at the next start",
-                    pid, describe_exit(code))
-        forget(self.spark)
-        discard_session(self.spark)
-        self.spark = None
+                    "a batch it had not finished runs again from the checkpoint at the next start", pid, how)
 
     def _restart_session(self, delay: float) -> None:
         """The JVM exited: one line saying how, forget its session, wait, build a new one."""
-        from bridge.job.pipeline import forget
-        from bridge.spark.jvm import describe_exit, discard_session, jvm_pid
-
-        pid, code = jvm_pid(self.spark), self._jvm_died()
+        pid, how = self._drop_dead_session()
         log.error("job: the Spark JVM (pid %s) %s; the edge keeps capturing; starting a new Spark session "
-                  "in %.0fs, the query resumes from its checkpoint", pid, describe_exit(code), delay)
-        forget(self.spark)
-        discard_session(self.spark)
-        self.spark = None
+                  "in %.0fs, the query resumes from its checkpoint", pid, how, delay)
         if self._stop.wait(delay):
             return
         self.spark = self._new_session()

@@ -45,17 +45,22 @@ def _rows(tables: Path) -> int:
         return 0
 
 
+def _publish_acked(port: int, cid: str, topic: str, prefix: bytes, n: int = 5) -> None:
+    """``n`` QoS 1 messages from a new client, each acknowledged (PUBACK: captured durably)."""
+    c = _client(port, cid)
+    for i in range(n):
+        assert c.publish(topic, prefix + b"%d" % i, qos=1).wait_for_publish(10) is None
+    c.loop_stop()
+    c.disconnect()
+
+
 def test_killing_the_spark_jvm_keeps_the_edge_capturing_and_the_job_resumes(tmp_path):
     if not Path("/proc/self/task").is_dir():
         pytest.skip("needs /proc to find the JVM child")
     run = Run(tmp_path, "amqp.url=")
     try:
         wait_for(lambda: any("job started" in e for e in run.err), timeout=180, what="the job to start")
-        c = _client(run.port, "dev-before")
-        for i in range(5):
-            assert c.publish("plant/before", b"b%d" % i, qos=1).wait_for_publish(10) is None
-        c.loop_stop()
-        c.disconnect()
+        _publish_acked(run.port, "dev-before", "plant/before", b"b")
         tables = tmp_path / "tables"
         wait_for(lambda: _rows(tables) >= 5, timeout=120, what="the first rows")
 
@@ -66,11 +71,7 @@ def test_killing_the_spark_jvm_keeps_the_edge_capturing_and_the_job_resumes(tmp_
         wait_for(lambda: java[0] not in _java_children(run.proc.pid), timeout=30, what="the JVM to die")
 
         # The edge still accepts, captures and acknowledges (PUBACK) while the job is down.
-        c = _client(run.port, "dev-after")
-        for i in range(5):
-            assert c.publish("plant/after", b"a%d" % i, qos=1).wait_for_publish(10) is None
-        c.loop_stop()
-        c.disconnect()
+        _publish_acked(run.port, "dev-after", "plant/after", b"a")
         assert run.proc.poll() is None, "".join(run.err)[-3000:]
 
         wait_for(lambda: [e for e in run.err if "the Spark JVM" in e], timeout=30, what="the line naming the cause")
@@ -92,11 +93,7 @@ def test_sigterm_to_the_whole_process_group_stops_cleanly_without_a_new_session(
     run = Run(tmp_path, "amqp.url=", new_session=True)
     try:
         wait_for(lambda: any("job started" in e for e in run.err), timeout=180, what="the job to start")
-        c = _client(run.port, "dev-term")
-        for i in range(5):
-            assert c.publish("plant/term", b"t%d" % i, qos=1).wait_for_publish(10) is None
-        c.loop_stop()
-        c.disconnect()
+        _publish_acked(run.port, "dev-term", "plant/term", b"t")
         os.killpg(run.proc.pid, signal.SIGTERM)
         assert run.proc.wait(90) == 0, "".join(run.err)[-3000:]
     finally:

@@ -28,7 +28,8 @@ def _fake_archive(cfg, size: int = 1000, recorded: int | None = None, jars: str 
     path = class_archive.archive_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\0" * size)
-    meta = {"bytes": size if recorded is None else recorded, "jars": jars or str(class_archive._jars_dir())}  # noqa: SLF001
+    jars = jars or str(class_archive._jars_dir())  # noqa: SLF001
+    meta = {"bytes": size if recorded is None else recorded, "jars": jars}
     path.with_suffix(".json").write_text(json.dumps(meta))
     return path
 
@@ -76,8 +77,8 @@ def test_prune_keeps_one_archive_per_environment(tmp_path):
     superseded = d / "spark-0000000000000000.jsa"
     gone = d / "spark-1111111111111111.jsa"
     other = d / "spark-2222222222222222.jsa"
-    for p, jars in ((superseded, str(class_archive._jars_dir())), (gone, str(tmp_path / "deleted-venv" / "jars")),  # noqa: SLF001
-                    (other, str(tmp_path))):
+    ours = str(class_archive._jars_dir())  # noqa: SLF001
+    for p, jars in ((superseded, ours), (gone, str(tmp_path / "deleted-venv" / "jars")), (other, str(tmp_path))):
         p.write_bytes(b"x")
         p.with_suffix(".json").write_text(json.dumps({"bytes": 1, "jars": jars}))
     class_archive._prune(kept)  # noqa: SLF001
