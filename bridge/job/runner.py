@@ -334,12 +334,12 @@ class Runner:
                 if self._jvm_died(wait_s=5.0) is None:
                     raise
                 outcome = "jvm"
+            if outcome == "jvm" and self._stop.is_set():
+                self._jvm_exited_while_stopping()
+                outcome = "stopped"
             if outcome == "stopped":
                 return 1 if (edge.server.failed or edge.error) else 0
             delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
-            if outcome == "jvm" and self._stop.is_set():
-                self._jvm_exited_while_stopping()
-                return 1 if (edge.server.failed or edge.error) else 0
             if outcome == "jvm":
                 self._restart_session(delay)
                 failures += 1
