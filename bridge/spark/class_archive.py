@@ -134,6 +134,19 @@ def without_archive(java_options: str) -> str:
     return shlex.join(kept) if kept != opts else java_options
 
 
+def jvm_did_not_start(error: BaseException) -> bool:
+    """Whether ``error`` is pyspark's "the JVM exited before it answered"
+    (``JAVA_GATEWAY_EXITED``): what a JVM that crashes on its class archive
+    gives. Any other failure of a session's start is not the archive's."""
+    get = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
+    try:
+        if callable(get) and get() == "JAVA_GATEWAY_EXITED":
+            return True
+    except Exception:  # noqa: BLE001 - an exception type of another pyspark: judge by the text below
+        pass
+    return "Java gateway process exited" in str(error)
+
+
 def set_aside(config: Config, error: BaseException) -> None:
     """The JVM did not start with the archive: rename it (``*.unusable``) so
     that no later start uses it, and say so in one line."""

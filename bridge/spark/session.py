@@ -118,10 +118,10 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         try:
             spark = builder.getOrCreate()
         except Exception as exc:
-            from bridge.spark.class_archive import set_aside, without_archive
+            from bridge.spark.class_archive import jvm_did_not_start, set_aside, without_archive
 
             java = conf.get("spark.driver.extraJavaOptions", "")
-            if without_archive(java) == java:
+            if without_archive(java) == java or not jvm_did_not_start(exc):
                 raise
             # a JVM that crashed on its class archive (a damaged file): once more without it
             set_aside(config, exc)

@@ -70,6 +70,19 @@ def test_without_archive_removes_exactly_the_added_options():
     assert class_archive.without_archive("-XX:+UseSerialGC") == "-XX:+UseSerialGC"
 
 
+def test_only_a_jvm_that_exited_before_answering_is_blamed_on_the_archive():
+    from pyspark.errors import PySparkRuntimeError
+
+    assert class_archive.jvm_did_not_start(PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED",
+                                                               messageParameters={}))
+    assert class_archive.jvm_did_not_start(RuntimeError("Java gateway process exited before sending its port"))
+    # a session that fails for another reason keeps its archive: the retry without it would not help
+    assert not class_archive.jvm_did_not_start(PySparkRuntimeError(errorClass="CANNOT_CONFIGURE_SPARK_CONNECT",
+                                                                   messageParameters={"existing_url": "x",
+                                                                                      "new_url": "y"}))
+    assert not class_archive.jvm_did_not_start(ValueError("spark.sql.shuffle.partitions must be positive"))
+
+
 def test_prune_keeps_one_archive_per_environment(tmp_path):
     cfg = _cfg(tmp_path)
     kept = _fake_archive(cfg)
