@@ -201,6 +201,7 @@ def _side_config(base: Path, run_dir: Path, config: Config, batch: int) -> Confi
     sets = [f"data_dir={run_dir}", f"job.max_records_per_trigger={batch}",
             f"job.trigger_interval_s={config.job.trigger_interval_s}", f"job.query_name=bench{run_dir.name}",
             f"job.forward_on_driver_max_rows={config.job.forward_on_driver_max_rows}",
+            f"job.parse_on_driver_max_rows={config.job.parse_on_driver_max_rows}",
             f"amqp.url={config.amqp.url}", f"amqp.forward_by={config.amqp.forward_by}", "log_level=WARNING"]
     return load_config(None, sets, env={})
 

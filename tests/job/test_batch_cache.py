@@ -26,8 +26,13 @@ def test_batch_records_is_this_batch_end_minus_the_previous_one(tmp_path):
     assert batch_records(tmp_path, 5) == 30 + 0 + 7
 
 
+def test_a_checkpoints_first_batch_is_at_most_its_end_offsets(tmp_path):
+    # it starts at the source's initial offsets, the log's earliest: 0 or more
+    _offsets(tmp_path, 0, {0: 10, 1: 0, 2: 3})
+    assert batch_records(tmp_path, 0) == 13
+
+
 @pytest.mark.parametrize("setup, batch_id", [
-    (lambda cp: _offsets(cp, 0, {0: 10}), 0),  # first batch: starts at the source's initial offset
     (lambda cp: _offsets(cp, 3, {0: 10}), 3),  # the previous batch's file purged
     (lambda cp: (_offsets(cp, 2, {0: 1}), (cp / "offsets" / "3").write_text("v1\n{}\nnot json")), 3),
 ])
@@ -48,6 +53,8 @@ def test_batch_records_unknown_is_none(tmp_path, setup, batch_id):
     (True, 0, 2000, 200, False, True),          # driver forwarding off
     (True, 2000, 2000, None, False, True),      # size unknown: assume big
     (False, 2000, 2000, None, False, False),
+    (False, 2000, 500_000, 160_000, True, False),  # the default: every batch the trigger admits
+    (True, 2000, 500_000, 160_000, False, True),   # unless the executors forward it
 ])
 def test_where_a_batch_is_parsed_and_whether_it_is_cached(tmp_path, forward, limit, parse_limit, records,
                                                           on_driver, cached):

@@ -57,7 +57,7 @@ def test_lg_amqp_unforwardable_and_lg_amqp_rejected_row_is_quarantined_counted_o
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "metadata").write_text('{"id":"q-1"}\n')
-    batch_id = 0  # a checkpoint's first batch: size unknown, the executors' pandas UDF parses it
+    batch_id = 0  # no offset log entry: size unknown, the executors' pandas UDF parses it
     if parsed_on == "driver":  # the offset log says 3 records: the driver parses them
         batch_id = 5
         (checkpoint / "offsets").mkdir()
