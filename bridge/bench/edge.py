@@ -53,6 +53,7 @@ from pathlib import Path
 
 from bridge.config import Config
 from bridge.mqtt import Connect, encode
+from bridge.ports import free_loopback_port
 
 __all__ = ["LoadGenerator", "add_arguments", "run", "start_mosquitto"]
 
@@ -302,12 +303,6 @@ class LoadGenerator:
 
 
 # ---------------------------------------------------------------- servers
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -330,7 +325,7 @@ def start_mosquitto(workdir: Path, settings: str = "max_inflight_messages 0\nmax
                                            if os.path.exists("/usr/sbin/mosquitto") else None)
     if binary is None:
         raise RuntimeError("mosquitto is not installed (scripts/services up installs it)")
-    port = _free_port()
+    port = free_loopback_port()
     conf = workdir / name
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
                     f"{settings}log_dest stderr\nlog_type error\nlog_type warning\n")

@@ -74,14 +74,14 @@ def _client(data_dir: Path, port: int, query: str, timeout_s: float = 120.0) -> 
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.bench.e2e_procs import Lakegate
-    from bridge.bench.edge import _free_port
+    from bridge.ports import free_loopback_port
     from bridge.sqlserve.client import endpoint_answers
     from bridge.config import load_config
 
     if args.runs < 1 or args.topics < 1:
         print("bench sql: --runs and --topics must be positive", file=sys.stderr)
         return 2
-    port = _free_port()
+    port = free_loopback_port()
     out: dict = {"query": args.query, "runs": args.runs, "topics": args.topics, "target_s": TARGET_S}
     with tempfile.TemporaryDirectory(prefix="lg-bench-sql-") as tmp:
         data = Path(tmp) / "data"

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 
 from bridge.config import Config
 
 log = logging.getLogger(__name__)
+
+#: seconds a stopping job waits for the SQL endpoint's catalog objects still being created
+CATALOG_JOIN_S = 30.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,26 +27,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.job.pipeline import run_job, shutdown
-    from bridge.spark.session import build_session
-
-    from bridge.sqlserve import endpoint
-
     from bridge.metrics.wiring import metrics_server
+    from bridge.spark.session import build_session
+    from bridge.sqlserve import endpoint
 
     endpoint.check_port(config)  # ConfigError (one line, exit 2) when the SQL endpoint's port is taken
     endpoint.export_tables_dir(config)
     spark = build_session(config, app_name="lakegate-job",  # checks Java first (JavaMissing: exit 2)
                           extra=endpoint.spark_conf(config))
     metrics = None
+    catalog: list[threading.Thread | None] = []
+    ended = threading.Event()
     try:
         # the job alone: its metrics and /healthz (no edge); ConfigError when the port is taken
         metrics = metrics_server(config, None, lambda: any(q.isActive for q in spark.streams.active))
         if metrics is not None:
             metrics.start()
-        endpoint.install(spark, config)
-        # after the session: run_job replaces PySpark's SIGINT handler (which cancels jobs)
-        return run_job(spark, config, once=args.once)
+        # after the session: run_job replaces PySpark's SIGINT handler (which cancels jobs);
+        # the endpoint's catalog objects once the query runs, so that they do not delay it
+        return run_job(spark, config, once=args.once, on_started=lambda: catalog.append(
+            endpoint.install_in_background(spark, config, going_away=ended.is_set)))
     finally:
+        for thread in catalog:
+            if thread is not None:
+                thread.join(CATALOG_JOIN_S)  # not a session stopped under its feet (a short --once run)
+        ended.set()  # past this, a failure of theirs is the session stopping
         if metrics is not None:
             metrics.stop()
         shutdown(spark)

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from bridge.config import Config
 
@@ -178,9 +178,11 @@ def stop_after_batch(query: "StreamingQuery", timeout: float = FINISH_BATCH_S) -
         query.stop()
 
 
-def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int:
+def run_job(spark: "SparkSession", config: Config, *, once: bool = False,
+            on_started: Callable[[], object] | None = None) -> int:
     """Run the job until it ends (``once``) or SIGINT/SIGTERM: exit code 0, or 1
-    when the query failed.
+    when the query failed. ``on_started``: called once the query has started
+    (``lakegate process`` creates the SQL endpoint's catalog objects then).
 
     PySpark's own SIGINT handler cancels every Spark job, which would break
     the running batch off in the middle; this replaces it (call after the
@@ -216,6 +218,8 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False) -> int
         except SourceOptionError as exc:  # e.g. no capture log yet
             log.error("job cannot start: %s: %s", type(exc).__name__, exc)
             return 1
+        if on_started is not None:
+            on_started()
         failure: str | None = None
         try:
             while not stop.is_set() and not query.awaitTermination(1):

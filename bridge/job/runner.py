@@ -292,22 +292,10 @@ class Runner:
                 or spark is self._catalog_session:
             return
         self._catalog_session = spark
-        threading.Thread(target=self._install_catalog_in, args=(spark,), name="lakegate-sql-catalog",
-                         daemon=True).start()
-
-    def _install_catalog_in(self, spark: "SparkSession") -> None:
         from bridge.sqlserve import endpoint
-        from bridge.tables.engine import one_line
 
-        try:
-            endpoint.install(spark, self.config)
-        except Exception as exc:
-            if self._stop.is_set() or spark is not self.spark or self._jvm_died() is not None:
-                log.debug("sql: catalog objects not created (the session is going away): %s", exc)
-                return
-            log.error("sql: the endpoint's catalog objects (mqtt_match, the tables, the view retained) could not "
-                      "be created: %s; lakegate sql and the notebooks still work (they make their own views)",
-                      one_line(exc)[:300])
+        endpoint.install_in_background(spark, self.config, going_away=lambda: (
+            self._stop.is_set() or spark is not self.spark or self._jvm_died() is not None))
 
     def _jvm_died(self, wait_s: float = 0.0) -> int | None:
         """The exit status of this process's own Spark JVM once it has exited, else None."""

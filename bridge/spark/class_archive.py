@@ -224,10 +224,11 @@ def train(dump_to: Path, work: Path, java_options: str) -> int:
     from bridge.config import load_config
     from bridge.job.pipeline import release, start_query
     from bridge.mqtt import Publish, encode
+    from bridge.ports import free_loopback_port
     from bridge.spark.session import build_session
     from bridge.sqlserve import endpoint
 
-    port = _free_port()
+    port = free_loopback_port()
     sets = [f"data_dir={work}", "amqp.url=", "spark.class_archive_dir=", f"sql.connect_port={port}",
             "job.max_records_per_trigger=20", "log_level=WARNING",
             f"spark.java_options={java_options} -XX:ArchiveClassesAtExit={dump_to}"]
@@ -254,14 +255,6 @@ def train(dump_to: Path, work: Path, java_options: str) -> int:
         spark.stop()
     proc.stdin.close()  # PySpark's gateway exits at the end of its stdin
     return 0 if proc.wait(120) == 0 else 1
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,14 +24,16 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Callable
 
 from bridge.config import Config, ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PLUGIN", "check_port", "client_host", "export_tables_dir", "install", "spark_conf", "url"]
+__all__ = ["PLUGIN", "check_port", "client_host", "export_tables_dir", "install", "install_in_background",
+           "spark_conf", "url"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,34 @@ def install(spark: "SparkSession", config: Config) -> None:
     _delta_views(spark, config)
     log.info("sql: Spark Connect endpoint on %s (lakegate sql, notebooks, any Spark Connect client)",
              url(config).split("/;")[0])
+
+
+def install_in_background(spark: "SparkSession", config: Config,
+                          going_away: Callable[[], bool] = lambda: False) -> threading.Thread | None:
+    """:func:`install` on a thread (started; None when there is no endpoint):
+    for a job that starts its query first, so that the catalog objects do
+    not delay it (creating them took 2 s of a 9-10 s start). A failure is
+    one ERROR line, unless ``going_away()`` says the session is stopping,
+    which makes it a DEBUG line."""
+    if not config.sql.connect_port:
+        return None
+
+    def create() -> None:
+        from bridge.tables.engine import one_line
+
+        try:
+            install(spark, config)
+        except Exception as exc:  # noqa: BLE001 - the job goes on without them; said once
+            if going_away():
+                log.debug("sql: catalog objects not created (the session is going away): %s", exc)
+                return
+            log.error("sql: the endpoint's catalog objects (mqtt_match, the tables, the view retained) could not "
+                      "be created: %s; lakegate sql and the notebooks still work (they make their own views)",
+                      one_line(exc)[:300])
+
+    thread = threading.Thread(target=create, name="lakegate-sql-catalog", daemon=True)
+    thread.start()
+    return thread
 
 
 #: permanent views over the Delta tables by path, when delta-spark's classes are on the classpath

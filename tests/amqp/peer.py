@@ -22,7 +22,6 @@ with a null target and then a detach carrying ``amqp:not-found``.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any, Callable
@@ -31,14 +30,9 @@ from proton import Condition, Delivery, Handler, Link, Message, Terminus
 from proton.reactor import ApplicationEvent, EventInjector
 
 from bridge.amqp.reactor import container
+from bridge.ports import free_loopback_port as free_port
 
 __all__ = ["FakePeer", "free_port"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Handler(Handler):

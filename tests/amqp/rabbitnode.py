@@ -17,6 +17,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bridge.ports import free_loopback_port as _free_port
+
 __all__ = ["RabbitNode", "find_rabbitmq"]
 
 
@@ -34,12 +36,6 @@ def find_rabbitmq() -> tuple[str, str] | None:
     if server and ctl and not server.startswith("/usr/sbin"):
         return server, ctl
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(port: int) -> bool:

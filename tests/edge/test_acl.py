@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bridge.edge.acl import AclFile, AclFileError, AclWatcher, covers, overlaps, topic_matches
+from bridge.ports import free_loopback_port as _free_port
 from tests.waiting import wait_for
 
 GOOD = """\
@@ -355,12 +356,6 @@ class _Broker:
     def wait_log(self, line: str, timeout: float = 5.0) -> None:
         wait_for(lambda: line in self.log.read_text(errors="replace"), timeout,
                  f"mosquitto to log {line!r}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

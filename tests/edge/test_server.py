@@ -14,6 +14,7 @@ import pytest
 from bridge.edge.auth import hash_password, write_password_file
 from bridge.mqtt import Properties, Will
 from bridge.mqtt.codec import decode_packet
+from bridge.ports import free_loopback_port as _free_port
 from tests.edge.conftest import RawClient, wait_for, wait_records
 from tests.edge.util import connect, headers_of, publish, read_log
 
@@ -222,12 +223,6 @@ def tls_files(tmp_path):
                     "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
                    check=True, capture_output=True, timeout=60)
     return cert, key
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_tls_listener(run_edge, tls_files):

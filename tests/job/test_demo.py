@@ -2,24 +2,18 @@
 workload, waits for the job, prints what the README's quick start shows, and
 stops the run it started."""
 
-import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bridge.ports import free_loopback_port as _free_port
 from tests.conftest import child_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq):

@@ -19,6 +19,7 @@ import pytest
 from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.job.progress import committed_offsets, read_status
+from bridge.ports import free_loopback_port
 from bridge.tables.deltars import DeltaRsEngine
 from tests.conftest import RABBITMQ, child_env
 from tests.job.frames import append_publish, append_raw
@@ -84,11 +85,17 @@ def test_process_once_then_status_shows_the_batch_and_the_lag_now(rabbitmq, tmp_
                  ("c0", "st/b", b"", True)]  # retained: +st/a +st/c, st/b set then cleared
            + [("c1", "t/x", b"m%d" % i, False) for i in range(5)]
            + [("c2", None, None, False)])  # quarantined
-    proc = _lakegate("process", "--once", *sets)
+    # with the SQL endpoint on (a port of its own: child_env turns it off)
+    proc = _lakegate("process", "--once", *sets, "--set", f"sql.connect_port={free_loopback_port()}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     want = r"batch 0: 10 rows, \d+ rows/s, \d+ ms; retained \+2/-1; quarantined 1; forwarded 9; lag 0"
     logged = [x.split("bridge.job.progress: ", 1)[1] for x in proc.stderr.splitlines() if "bridge.job.progress: batch " in x]
     assert len(logged) == 1 and re.fullmatch(want, logged[0]), logged
+    # the SQL endpoint's catalog objects come after the query started, and a short --once run waits for them
+    lines = proc.stderr.splitlines()
+    started = [i for i, x in enumerate(lines) if "bridge.job.pipeline: job started:" in x]
+    served = [i for i, x in enumerate(lines) if "sql: Spark Connect endpoint on" in x]
+    assert len(started) == 1 and len(served) == 1 and started[0] < served[0], proc.stderr[-3000:]
 
     st = read_status(tmp_path)
     assert st["batch_id"] == 0 and st["input_rows"] == 10 and st["messages"] == 9
