@@ -8,8 +8,8 @@ Where a batch is parsed into frame rows (``schemas.tables.FRAME_ROW_DDL``)
 depends on its size, which Spark's offset log tells before the batch is
 read (``batch_records``):
 
-- at most ``job.parse_on_driver_max_rows`` records (default: as many as
-  ``job.max_records_per_trigger`` admits, i.e. every batch; when the job
+- at most ``job.parse_on_driver_max_rows`` records (default 500,000, the
+  default ``job.max_records_per_trigger``: every batch; when the job
   forwards, also at most ``job.forward_on_driver_max_rows``): the records
   come to the driver as Arrow, as the floor query's do, and the driver
   makes the frame rows with :func:`bridge.job.arrow_frames.frame_rows_arrow`
