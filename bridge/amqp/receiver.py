@@ -321,8 +321,8 @@ class DownlinkReceiver(MessagingHandler):
             d.update(Delivery.REJECTED)
         d.settle()
         self.stats[outcome] += 1
-        if token.address in self.links:
-            self.links[token.address].flow(1)  # one more may come: the window stays the same
+        if self.links.get(token.address) == token.link:  # not a detached link's (== compares the C link)
+            token.link.flow(1)  # one more may come: the window stays the same
 
     def _do_stop(self) -> None:
         self.stopping = True

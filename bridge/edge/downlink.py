@@ -194,8 +194,11 @@ class DownlinkHub:
         self.rx.attach(address, credit=window, durable=True)
 
     def session_ended(self, client_id: str) -> None:
-        """The session ended (its outbox was cleared: what was unsettled is
-        released already): stop receiving on its address."""
+        """The session ended: stop receiving on its address. Called before
+        its outbox is cleared, so the link is detached before what it left
+        unsettled is released (the receiver's thread takes both in that
+        order): RabbitMQ delivers it again to the next link on the address,
+        not back to this one."""
         if not self.cfg.client_address_template:
             return
         address = self.address_of(client_id)

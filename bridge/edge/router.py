@@ -87,10 +87,14 @@ class Router:
         """The session ended (clean session closed, expired, replaced by a
         Clean Start, dropped by a bound): forget its subscriptions and queue."""
         s = self.sessions.pop(client_id, None)
-        if s is not None and s.outbox is not None:
-            s.outbox.clear()
+        # the downlink detaches the client's own AMQP link first, then the
+        # outbox releases what it held: released while the link was still
+        # there (with credit left on it), RabbitMQ handed the message
+        # straight back to that link instead of the next one (seen under load)
         if self.on_drop is not None:
             self.on_drop(client_id)
+        if s is not None and s.outbox is not None:
+            s.outbox.clear()
         return self.tree.remove_client(client_id)
 
     # ------------------------------------------------------------ subscriptions
