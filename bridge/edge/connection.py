@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "remote_address"]
 
 _WRITE_HIGH = 1 << 20  # transport write buffer: stop reading a peer that does not read
+#: A close the edge decides on (keep-alive expiry, a protocol error, a take
+#: over, shutdown) waits this long at most for its last bytes to be read by
+#: the peer, then aborts the transport: the server "MUST disconnect the
+#: Network Connection" [MQTT-3.1.2-22], and a peer that stopped reading
+#: would otherwise hold it open (and its session queuing) for ever.
+CLOSE_LINGER_S = 1.0
 #: Bytes read from a client while its password is checked before reading pauses
 #: (reading goes on so that a client that hangs up is noticed and not checked).
 _AUTH_READ_MAX = 64 * 1024
@@ -51,6 +57,13 @@ def count_frames(data: bytes, counts: list[int]) -> None:
                 break
             mult <<= 7
         i = j + length
+
+
+def _abort_unread(transport) -> None:
+    """The end of a close's linger: drop what the peer never read (see
+    :data:`CLOSE_LINGER_S`)."""
+    if transport.get_write_buffer_size():  # (0 once the transport has closed)
+        transport.abort()
 
 
 class Connection(asyncio.Protocol):
@@ -180,6 +193,8 @@ class Connection(asyncio.Protocol):
                     out = []
                 q.clear()
                 transport.close()
+                if transport.get_write_buffer_size():  # the peer is not reading
+                    srv.loop.call_later(CLOSE_LINGER_S, _abort_unread, transport)
                 break
             out.append(data)
             quota += extra

@@ -100,6 +100,8 @@ class Barrier:
     size = 0
     ref = None
     expiry = None
+    #: not a message from the AMQP network (what ``Outbox.clear`` asks every queued item)
+    sink = None
     qos_cap = 0
 
     @property

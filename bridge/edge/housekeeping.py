@@ -67,16 +67,27 @@ class SessionHousekeeping:
         self.store.configure(e.persistent_session_expiry_s, e.max_persistent_sessions,
                              e.max_stored_qos2_ids)
 
+    def drop_session(self, cid: str, why: str) -> None:
+        """Forget a session's subscriptions and queue (``Router.drop``). No
+        single session's failure stops the caller (a connection's clean-up,
+        a CONNECT, the housekeeping loop): the error is logged once with the
+        session's id, and the router has forgotten the session all the same."""
+        try:
+            self.router.drop(cid)
+        except Exception as exc:
+            log.error("client=%s: clean-up of the session (%s) failed, the session is dropped "
+                      "all the same: %s: %s", cid, why, type(exc).__name__, exc)
+
     def _expire_sessions(self) -> None:
         """Drop expired sessions, then those beyond the store's bounds (logged)."""
         gone = self.store.expire(time.time())
         for cid in gone:
-            self.router.drop(cid)
+            self.drop_session(cid, "expired")
         if gone:
             log.info("%d persistent sessions expired (first: client=%s)", len(gone), gone[0])
         dropped = self.store.bound()
         for cid, _n in dropped:
-            self.router.drop(cid)
+            self.drop_session(cid, "over the store's bounds")
         if dropped:
             e = self.edge
             log.warning("%d persistent sessions dropped, the longest disconnected first, with %d "
@@ -87,15 +98,27 @@ class SessionHousekeeping:
                         e.max_persistent_sessions, e.max_stored_qos2_ids, dropped[0][0])
 
     async def _snapshot_loop(self) -> None:
+        """Every SNAPSHOT_INTERVAL_S: expiry, drop logging, the snapshot.
+        Supervised: an error in one round is logged (once per kind of error
+        in a row) and the next round goes on; nothing stops this loop but
+        the server's shutdown."""
+        last = None
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
-            self._expire_sessions()
-            self._log_drops()
-            if self.log.next_seq != self._snapshot_seq:
-                try:
+            try:
+                self._expire_sessions()
+                self._log_drops()
+                if self.log.next_seq != self._snapshot_seq:
                     await self.snapshot()
-                except Exception as exc:  # keep serving; the next snapshot retries
-                    log.error("edge session snapshot failed: %s", exc)
+                last = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep serving; the next round retries
+                said = f"{type(exc).__name__}: {exc}"
+                if said != last:
+                    log.error("edge housekeeping (expiry, snapshot) failed, retried in %g s: %s",
+                              SNAPSHOT_INTERVAL_S, said)
+                last = said
 
     def owed_wills(self) -> dict[str, dict]:
         """The Wills a crash now would leave owed, as the snapshot stores

@@ -90,12 +90,19 @@ class Router:
         # the downlink detaches the client's own AMQP link first, then the
         # outbox releases what it held: released while the link was still
         # there (with credit left on it), RabbitMQ handed the message
-        # straight back to that link instead of the next one (seen under load)
-        if self.on_drop is not None:
-            self.on_drop(client_id)
-        if s is not None and s.outbox is not None:
-            s.outbox.clear()
-        return self.tree.remove_client(client_id)
+        # straight back to that link instead of the next one (seen under load).
+        # Whatever either raises, the session's subscriptions go (the caller
+        # gets the error once, after, and logs it with the session's id).
+        try:
+            if self.on_drop is not None:
+                self.on_drop(client_id)
+        finally:
+            try:
+                if s is not None and s.outbox is not None:
+                    s.outbox.clear()
+            finally:
+                removed = self.tree.remove_client(client_id)
+        return removed
 
     # ------------------------------------------------------------ subscriptions
     def subscribe(self, client: ClientSession, sub: Sub) -> Sub | None:

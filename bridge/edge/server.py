@@ -361,7 +361,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             del self.clients[cid]
         self.store.close(conn.client, time.time())
         if not conn.client.persistent:  # a clean session's subscriptions end with it
-            self.router.drop(cid)
+            self.drop_session(cid, "clean session closed")
 
     # ------------------------------------------------------------ actions
     def perform(self, conn: Connection, actions: list) -> None:
@@ -524,7 +524,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         client, present = self.store.open(cid, req.clean_start, req.expiry_s, time.time(),
                                           req.protocol_level)
         if not present:  # a new session: nothing of an earlier one survives [MQTT-3.1.2-4]
-            self.router.drop(cid)
+            self.drop_session(cid, "replaced by a new session")
         conn.client = client
         self.clients[cid] = conn
         log.info("open %s client=%s v=%s remote=%s%s clean=%d keepalive=%d session_present=%d "
