@@ -30,7 +30,7 @@ from bridge.capture.errors import CaptureError
 from bridge.config import PATH_KEYS, Config, ConfigError, load_config
 from bridge.edge.auth import PasswordFileError
 from bridge.javacheck import JavaMissing
-from bridge.logs import LOG_FORMAT
+from bridge.logs import LOG_FORMAT, BoundedFormatter
 
 __all__ = ["COMMANDS", "UsageError", "common_parser", "failure_line", "main"]
 
@@ -105,6 +105,8 @@ def setup_logging(config: Config) -> None:
     for handler in logging.getLogger().handlers:
         if _not_py4j_via_root not in handler.filters:
             handler.addFilter(_not_py4j_via_root)
+        if getattr(handler, "stream", None) is sys.stderr:  # (ours, not a test's capture)
+            handler.setFormatter(BoundedFormatter())  # no record longer than MAX_LINE_CHARS
     # py4j logs every gateway call at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # PySpark logs every SQL analysis error with its whole JVM stack before

@@ -186,6 +186,8 @@ _POSITIVE = {
     "edge.max_queued_messages",
     "edge.max_queued_bytes",
     "edge.max_subscriptions_per_client",
+    "edge.max_topic_levels",
+    "edge.max_topic_length",
     "edge.retained_cache_bytes",
     "edge.retained_refresh_s",
     "job.max_records_per_trigger",
@@ -277,6 +279,8 @@ def _validate(key: str, value: Any, source: str) -> None:
     if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s",
                "job.forward_on_driver_max_rows", "job.parse_on_driver_max_rows") and value < 0:
         raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
+    if key == "edge.max_topic_length" and value > 65535:
+        raise ConfigError(key, source, f"must be at most 65535 (MQTT's limit), got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")
     if key == "amqp.address_template" and "{topic}" not in value and "{routing_key}" not in value:

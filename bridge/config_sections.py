@@ -31,6 +31,14 @@ class EdgeConfig:
     max_inflight_qos2: int = 1024
     connect_timeout_s: float = 10.0
     retain_available: bool = True
+    #: Clients without a user name may connect. The default (true) holds while
+    #: every listener binds loopback (edge.host 127.0.0.0/8, ::1, localhost).
+    #: Beyond loopback (another address, or "", "0.0.0.0", "::": all
+    #: interfaces; edge.port, edge.tls_port alike) it must be set by the user,
+    #: as in Mosquitto 2.0: true lets anyone who reaches the port publish and
+    #: subscribe; not set, anonymous clients are refused (CONNACK 0x87, 3.x
+    #: 0x05) when edge.password_file is set, else the edge does not start
+    #: (one line, exit code 2) [LG-edge-anonymous-beyond-loopback].
     allow_anonymous: bool = True
     #: Password file managed by ``lakegate passwd``; empty = no password check.
     password_file: str = ""
@@ -75,6 +83,16 @@ class EdgeConfig:
     #: Subscriptions one client may hold; a SUBSCRIBE beyond it is refused
     #: per filter (SUBACK 0x97 Quota exceeded; 3.x 0x80).
     max_subscriptions_per_client: int = 1000
+    #: Levels a Topic Name or Topic Filter may have (``a/b/c``: 3); like
+    #: Mosquitto's TOPIC_HIERARCHY_LIMIT (200, counted in ``/``: one level more).
+    #: Deeper: an MQTT 5 PUBLISH gets PUBACK/PUBREC 0x90 Topic Name invalid
+    #: (QoS 0: dropped), a 3.x one closes the connection, a SUBSCRIBE filter
+    #: gets SUBACK 0x8F Topic Filter invalid (3.x 0x80), a Will topic CONNACK
+    #: 0x90 (3.x: closed) [LG-edge-topic-levels].
+    max_topic_levels: int = 200
+    #: Characters a Topic Name or Topic Filter may have; 65535 is MQTT's own
+    #: maximum (as Mosquitto). Beyond: refused as above [LG-edge-topic-length].
+    max_topic_length: int = 65535
     #: Retained messages on SUBSCRIBE come from the ``retained`` table: how
     #: often (seconds) the edge looks for a newer version of it.
     retained_refresh_s: float = 1.0

@@ -13,9 +13,33 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["LOG_FORMAT", "ensure_worker_logging"]
+__all__ = ["LOG_FORMAT", "MAX_LINE_CHARS", "BoundedFormatter", "ensure_worker_logging"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: the most characters one log record prints (its traceback included): a
+#: record built from what a client sent (one SUBSCRIBE of 250,000 filters
+#: once made a 29.5 MB line) must not flood the log [LG-log-line-bound]
+MAX_LINE_CHARS = 16_384
+_TAIL = 2_048
+
+
+class BoundedFormatter(logging.Formatter):
+    """:data:`LOG_FORMAT`, each record cut to :data:`MAX_LINE_CHARS`: its
+    start and its end (a traceback's last frames) are kept, and the cut says
+    how much went."""
+
+    def __init__(self, fmt: str = LOG_FORMAT, limit: int = MAX_LINE_CHARS) -> None:
+        super().__init__(fmt)
+        self.limit = limit
+
+    def format(self, record: logging.LogRecord) -> str:
+        s = super().format(record)
+        if len(s) <= self.limit:
+            return s
+        tail = min(_TAIL, self.limit // 4)
+        cut = len(s) - self.limit + 80
+        return (f"{s[:self.limit - tail - 80]} ... [{cut} characters cut: "
+                f"LG-log-line-bound] ... {s[-tail:]}")
 
 
 def ensure_worker_logging(level: str = "INFO") -> None:
@@ -27,7 +51,7 @@ def ensure_worker_logging(level: str = "INFO") -> None:
     if logging.getLogger().handlers or bridge.handlers:
         return
     h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(logging.Formatter(LOG_FORMAT))
+    h.setFormatter(BoundedFormatter())
     bridge.addHandler(h)
     bridge.setLevel(getattr(logging, level.upper(), logging.INFO))
     bridge.propagate = False

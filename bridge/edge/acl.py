@@ -73,6 +73,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridge.edge.topics import split_share
+
 __all__ = ["AclFile", "AclFileError", "AclWatcher", "covers", "overlaps", "topic_matches"]
 
 log = logging.getLogger("bridge.edge.acl")
@@ -317,11 +319,10 @@ class AclFile:
         """May this client SUBSCRIBE to ``topic_filter``? True when a read grant
         overlaps the filter and no deny covers it (see the module docstring:
         Mosquitto 2.0 grants every SUBSCRIBE; delivery is checked again)."""
-        if topic_filter.startswith("$share/"):
-            parts = topic_filter.split("/", 2)
-            if len(parts) < 3:
-                return False
-            topic_filter = parts[2]
+        # $share/{ShareName}/{filter}: the filter is checked; a "$share/"
+        # filter without both parts is an ordinary one (3.x; MQTT 5's codec
+        # refuses it [MQTT-4.8.2-1, MQTT-4.8.2-2])
+        topic_filter = split_share(topic_filter)[1]
         if not topic_filter:
             return False
         for e in self._users.get(username, ()):

@@ -94,6 +94,7 @@ class Connection(asyncio.Protocol):
         self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
         self.frames_at = 0  # session.frames_in when partial_since was set
         self.pump_soon = False  # a pump is scheduled (EdgeServer.pump_soon)
+        self.working = False  # a slice of a large SUBSCRIBE / UNSUBSCRIBE is scheduled
         self.bytes_out = 0
         #: frames sent by packet type (counted only while the server's metrics are on)
         self.packets_out = [0] * 16
@@ -110,9 +111,12 @@ class Connection(asyncio.Protocol):
             self.auth_bytes += len(data)
             if self.auth_bytes > _AUTH_READ_MAX:
                 self.pause("auth")
-        actions = self.session.receive_data(data, srv.loop.time())
+        session = self.session
+        actions = session.receive_data(data, srv.loop.time())
         if actions:
             srv.perform(self, actions)
+        if session._work is not None:
+            self.work_if_pending()
         srv.account(self)
         if srv.log_busy():
             srv.throttle(self)
@@ -129,6 +133,29 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.resume("write")
         self.server.pump(self)  # deliveries held while the peer did not read
+
+    def work_if_pending(self) -> None:
+        """The session handles a large SUBSCRIBE / UNSUBSCRIBE in slices
+        (``Session.work``): one slice per turn of the event loop, the
+        connection's reading paused until the last."""
+        if self.session.work_pending and not self.working and self.transport is not None:
+            self.working = True
+            self.pause("work")
+            self.server.loop.call_soon(self._work_slice)
+
+    def _work_slice(self) -> None:
+        self.working = False
+        if self.transport is None:
+            return
+        srv = self.server
+        actions = self.session.work(srv.loop.time())
+        if actions:
+            srv.perform(self, actions)
+        if self.session.work_pending:
+            self.work_if_pending()
+        else:
+            self.resume("work")
+            srv.account(self)
 
     def pause(self, why: str) -> None:
         if not self.paused_by and self.transport is not None and not self.transport.is_closing():

@@ -205,6 +205,10 @@ class Outbox:
     def _bound(self) -> int:
         q = self.queue
         n = 0
+        # A delivery that may have been sent already (DUP 1: it waits for its
+        # re-send, Outbox.resend) is never dropped: the subscriber may hold
+        # it unacknowledged, and it must be re-sent [MQTT-4.4.0-1]. So the
+        # queue may exceed the bound by at most the in-flight window.
         if self.replays:
             # a retained replay and what it handed out are never dropped (the
             # replay would be cut short): the oldest live deliveries go
@@ -212,7 +216,7 @@ class Outbox:
             kept = collections.deque()
             for d in q:
                 if (over > 0 or self.queued_bytes > self.max_bytes) and type(d) is Delivery \
-                        and not isinstance(d.msg, Barrier):
+                        and not isinstance(d.msg, Barrier) and not d.dup:
                     self.queued_bytes -= d.msg.size
                     if d.msg.sink is not None:
                         self._end(d, False)
@@ -222,12 +226,19 @@ class Outbox:
                     kept.append(d)
             self.queue = kept
         else:
-            while q and (len(q) > self.max_messages or self.queued_bytes > self.max_bytes):
+            resend = []  # the re-sends waiting at the front (Outbox.resend put them back)
+            while q and (len(q) + len(resend) > self.max_messages
+                         or self.queued_bytes > self.max_bytes):
                 d = q.popleft()
+                if d.dup:
+                    resend.append(d)
+                    continue
                 self.queued_bytes -= d.msg.size
                 if d.msg.sink is not None:
                     self._end(d, False)
                 n += 1
+            if resend:
+                q.extendleft(reversed(resend))
         self.dropped += n
         return n
 
@@ -278,6 +289,9 @@ class Outbox:
                     q.appendleft(d)
                 q.extendleft(reversed(more))
                 self.queued_bytes += sum([x.msg.size for x in more])
+                if not more and not msg.done:  # still matching (a scan): the next pump goes on
+                    self.more = True
+                    break
                 continue
             qos = d.qos
             if qos and (room <= 0 or d.pid in inflight):
@@ -349,6 +363,38 @@ class Outbox:
             self.queue.extendleft(reversed(back))
             self.queued_bytes += sum(d.msg.size for d in back)
         return out
+
+    def assume_sent(self, rx: Receiver, now: float | None = None) -> None:
+        """Recovery after a crash (:class:`bridge.edge.journal.Replayer`):
+        the capture log journals acknowledgements, not sends, so what a
+        connected session's :meth:`pump` would have sent at this point of
+        the log (within ``rx``'s window, in order) is taken as sent: it goes
+        in flight, SENT, DUP 1. :meth:`resend` then sends it first with its
+        Packet Identifier, and :meth:`_bound` cannot drop it [MQTT-4.4.0-1].
+        Taken as early as the window allowed, the set is never smaller than
+        what the live edge had in flight. Expired (``now``, the server's
+        clock; None: not known) and too large deliveries end as in
+        :meth:`pump`; QoS 0 ones went out (or were lost with the connection)."""
+        q = self.queue
+        inflight = self.inflight
+        maxp = rx.max_packet
+        while q:
+            d = q[0]
+            msg = d.msg
+            if type(d) is not Delivery or isinstance(msg, Barrier) or msg.sink is not None:
+                break  # not journaled (a retained replay, a message from the AMQP network)
+            if d.qos and (len(inflight) >= rx.receive_maximum or d.pid in inflight):
+                break
+            q.popleft()
+            self.queued_bytes -= msg.size
+            if msg.expiry is not None and now is not None and msg.remaining(now) <= 0:
+                self.expired += 1  # [MQTT-3.3.2-5]
+            elif maxp is not None and msg.frame_size(rx.level, d.qos, d.sub_ids) > maxp:
+                self.too_large += 1  # [MQTT-3.1.2-25]
+            elif d.qos:
+                d.state = SENT
+                d.dup = True
+                inflight[d.pid] = d
 
     def ready(self) -> bool:
         """Something could be sent now (given window room)."""

@@ -101,7 +101,11 @@ class FanOut:
             return
         actions = conn.session.deliver(self.loop.time())
         if actions:
-            self.perform(conn, actions)
+            self.perform(conn, actions)  # (which pumps again soon if the outbox says more)
+        else:
+            client = conn.client
+            if client is not None and client.outbox is not None and client.outbox.more:
+                self.pump_soon(conn)  # a replay handed out nothing yet, and is not done
 
     def pump_soon(self, conn: Connection) -> None:
         """Pump ``conn`` once more from the event loop (a retained replay

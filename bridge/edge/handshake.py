@@ -1,7 +1,7 @@
 """The CONNECT handshake of the edge's session state machine. Sans-IO.
 
 A CONNECT is checked (Client Identifier, Authentication Method, the Will's
-payload format, whether a CONNACK fits the client's Maximum Packet Size,
+payload format and topic depth, whether a CONNACK fits the client's Maximum Packet Size,
 the connection limit) and becomes a :class:`ConnectRequest`; the server
 answers with :meth:`ConnectHandshake.accept` (capture the CONNECT without its
 password, send CONNACK) or :meth:`ConnectHandshake.refuse` (capture it
@@ -69,12 +69,33 @@ class Limits:
     retain_available: bool = True
     max_inflight_messages: int = 20
     max_subscriptions_per_client: int = 1000
+    #: Levels a Topic Name (PUBLISH, Will) or Topic Filter may have [LG-edge-topic-levels].
+    max_topic_levels: int = 200
+    #: Characters a Topic Name or Topic Filter may have [LG-edge-topic-length].
+    max_topic_length: int = 65535
 
     @classmethod
     def from_config(cls, edge: EdgeConfig) -> Limits:
         return cls(edge.max_packet_bytes, edge.receive_maximum, edge.topic_alias_maximum,
                    edge.max_inflight_qos2, edge.connect_timeout_s, edge.retain_available,
-                   edge.max_inflight_messages, edge.max_subscriptions_per_client)
+                   edge.max_inflight_messages, edge.max_subscriptions_per_client,
+                   edge.max_topic_levels, edge.max_topic_length)
+
+    def topic_fault(self, topic: str, what: str) -> tuple[str, str] | None:
+        """``(rule id, detail)`` when ``topic`` has more levels than
+        ``edge.max_topic_levels`` [LG-edge-topic-levels] or more characters
+        than ``edge.max_topic_length`` [LG-edge-topic-length]; None when it
+        is within both. ``what`` names it in the detail (sizes only)."""
+        levels = topic.count("/") + 1
+        if levels > self.max_topic_levels:
+            return edge_rules.TOPIC_LEVELS, (
+                f"{what} of {levels} levels ({len(topic)} characters) exceeds "
+                f"edge.max_topic_levels {self.max_topic_levels}")
+        if len(topic) > self.max_topic_length:
+            return edge_rules.TOPIC_LENGTH, (
+                f"{what} of {len(topic)} characters exceeds edge.max_topic_length "
+                f"{self.max_topic_length}")
+        return None
 
 
 # ------------------------------------------------------------------ states
@@ -116,6 +137,13 @@ class ConnectHandshake:
             # payload format and refuse with CONNACK 0x99; the job would
             # quarantine the captured Will otherwise.
             check_payload_format(p.will, what="Will Payload", packet_type=PacketType.CONNECT)
+        if p.will is not None:
+            # The Will is published like a PUBLISH: the same depth and length
+            # bounds (CONNACK 0x90 Topic Name invalid; 3.x has no such code: closed).
+            fault = self.limits.topic_fault(p.will.topic, "Will Topic")
+            if fault is not None:
+                raise edge_rules.edge_violation(fault[0], fault[1], protocol_level=level,
+                                                packet_type=PacketType.CONNECT)
         if not p.client_id:
             self.client_id = f"lakegate-{self.conn_id}"
             self.key = self.client_id.encode()

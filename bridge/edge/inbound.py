@@ -5,7 +5,10 @@ packets a client may send, and DISCONNECT. Sans-IO.
 * PUBLISH: Topic Alias resolution (the resolved topic becomes the
   ``alias_topic`` header), Retain Available, Payload Format Indicator
   (refused with the connection kept: PUBACK/PUBREC 0x99 in MQTT 5, captured
-  marked), Receive Maximum [MQTT-3.3.4-7]; QoS 1 is acknowledged once
+  marked), the topic's depth and length (``edge.max_topic_levels``,
+  ``edge.max_topic_length``: 0x90 in MQTT 5, the connection kept; 3.x
+  closed) [LG-edge-topic-levels, LG-edge-topic-length], Receive Maximum
+  [MQTT-3.3.4-7]; QoS 1 is acknowledged once
   durable, QoS 2 keeps its Packet Identifier awaiting PUBREL in the client's
   :class:`~bridge.edge.state.ClientSession` (bounded by
   ``edge.max_inflight_qos2``), a re-sent one is captured marked ``dup``.
@@ -73,6 +76,10 @@ class InboundFlows:
             raise violation(RETAIN_NOT_SUPPORTED, "PUBLISH has RETAIN 1 but the edge announced "
                             "Retain Available 0", packet_type=PacketType.PUBLISH,
                             protocol_level=self.level)
+        if topic.count("/") >= self.limits.max_topic_levels or \
+                len(topic) > self.limits.max_topic_length:
+            self._topic_refused(p, frame, headers, topic, actions)  # [LG-edge-topic-levels]
+            return
         qos = p.qos
         acl = self.router.acl
         if acl is not None and not acl().can_publish(self.username, self.client_id, topic):
@@ -147,6 +154,23 @@ class InboundFlows:
             self._count_inflight()  # a refused PUBLISH counts until its ack is written
         first = 0x40 if qos == 1 else 0x50
         actions.append(Capture(frame, marked, _ACK_RC.pack(first, 3, pid, err.reason_code), quota))
+
+    def _topic_refused(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
+                       topic: str, actions: list[Action]) -> None:
+        """The Topic Name (as resolved from a Topic Alias) has more levels
+        than ``edge.max_topic_levels`` [LG-edge-topic-levels] or more
+        characters than ``edge.max_topic_length`` [LG-edge-topic-length]:
+        MQTT 5 refuses it with 0x90 Topic Name invalid and keeps the
+        connection (see :meth:`_refuse_publish`; QoS 0 is dropped); 3.x has
+        no refusal code, so the connection is closed, as Mosquitto does for a
+        topic beyond its TOPIC_HIERARCHY_LIMIT. Never routed, retained or
+        delivered: every topic tree stays within the bounds."""
+        rule, detail = self.limits.topic_fault(topic, "PUBLISH Topic Name")  # type: ignore[misc]
+        err = edge_rules.edge_violation(rule, detail, protocol_level=self.level,
+                                        packet_type=PacketType.PUBLISH)
+        if self.level != 5:
+            raise err
+        self._refuse_publish(p, frame, headers, err, actions)
 
     def _acl_refused(self, p: Publish, frame: bytes, headers: list[tuple[str, bytes]],
                      topic: str, actions: list[Action]) -> None:

@@ -19,12 +19,23 @@ copies of messages. On start:
    were live (Packet Identifiers are numbered per session in push order, so
    each delivery gets back the number it had, see
    :mod:`bridge.edge.delivery`), acknowledgements end or advance the
-   deliveries they name;
+   deliveries they name. While a session is connected in the log, the
+   replay also makes the sends its in-flight window allowed
+   (:meth:`Outbox.assume_sent <bridge.edge.delivery.Outbox.assume_sent>`;
+   the log journals acknowledgements, not sends): a delivery that may have
+   been sent before the edge died is back **in flight**, so it goes out
+   again first, with DUP 1 and its Packet Identifier (MQTT 5.0 section 4.4:
+   "re-send any unacknowledged PUBLISH packets ... with the DUP flag set to
+   1" [MQTT-4.4.0-1]), and the queue bound (``edge.max_queued_messages``),
+   which drops the oldest *queued* deliveries, never drops it. Each send is
+   taken as early as the window (the client's Receive Maximum, at most
+   ``edge.max_inflight_messages``, passed to :func:`bridge.edge.persist.recover`)
+   allowed, so the set is never smaller than what the live edge had in
+   flight (a connection lost without DISCONNECT counts as connected until
+   the client's next CONNECT: more DUP 1 at worst, never a delivery lost);
+   what stays queued was never sent and goes out with DUP 0;
 3. :meth:`Replayer.finish`: QoS 0 deliveries are dropped (they are not kept
-   for disconnected sessions); a QoS 1/2 delivery pushed while its session
-   was connected may have been sent before the edge died, so it goes out
-   again with DUP 1 (MQTT 5.0 section 4.4: "re-send any unacknowledged
-   PUBLISH packets ... with the DUP flag set to 1").
+   for disconnected sessions).
 
 **Retention** must not delete a record an unexpired session still needs:
 :func:`hold_floor` gives, per partition, the lowest offset the snapshot's
@@ -42,11 +53,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bridge.edge.delivery import QUEUED, RELEASED, SENT, Delivery
+from bridge.edge.delivery import RELEASED, SENT, Delivery, Receiver
+from bridge.edge.handshake import Limits
 from bridge.edge.message import Message
 from bridge.edge.router import Router
 from bridge.edge.topics import Sub
-from bridge.mqtt import Subscribe, Unsubscribe
+from bridge.mqtt import Connect, Subscribe, Unsubscribe
 from bridge.mqtt.codec import decode_packet
 
 if TYPE_CHECKING:
@@ -170,19 +182,45 @@ class Replayer:
     (see the module docstring). ``live``: Client Identifier -> session for
     the sessions connected at that point of the log (kept by the caller)."""
 
-    def __init__(self, router: Router, live: dict, clock_offset: float = 0.0) -> None:
+    def __init__(self, router: Router, live: dict, clock_offset: float = 0.0,
+                 max_inflight: int | None = None) -> None:
         self.router = router
         self.live = live
         self.clock_offset = clock_offset
-        #: client ids connected at some point of the replay: those connected
-        #: when it starts (at the snapshot) and those whose CONNECT it reads
-        self.connected_seen: set[str] = set(live)
+        #: ``edge.max_inflight_messages`` (the window of 3.x clients, the
+        #: upper bound of the Receive Maximum of MQTT 5 ones)
+        self.max_inflight = Limits.max_inflight_messages if max_inflight is None else max_inflight
+        #: Client Identifier -> the receiver its last CONNECT in the log made
+        #: (none for a session connected since before the snapshot: then the
+        #: widest window, ``max_inflight``)
+        self.rx: dict[str, Receiver] = {}
+        for s in live.values():  # sent after the snapshot, before the crash?
+            self._sends(s, None)
 
-    def connect(self, client: ClientSession, present: bool) -> None:
+    def connect(self, client: ClientSession, present: bool, p: Connect | None = None,
+                now: float | None = None) -> None:
         if not present:
             self.router.drop(client.client_id)
         self.router.attach(client)
-        self.connected_seen.add(client.client_id)
+        if p is not None:
+            window, maxp = self.max_inflight, None
+            if p.protocol_level == 5:
+                rm = p.properties.receive_maximum
+                if rm is not None and rm < window:
+                    window = rm
+                maxp = p.properties.maximum_packet_size
+            self.rx[client.client_id] = Receiver(p.protocol_level, window, maxp)
+        self._sends(client, now)
+
+    def _sends(self, s: ClientSession, now: float | None) -> None:
+        """What the connected session ``s`` may have been sent by now (see
+        the module docstring)."""
+        box = s.outbox
+        if box is not None and box.queue:
+            rx = self.rx.get(s.client_id)
+            if rx is None:
+                rx = Receiver(4 if s.v3 else 5, self.max_inflight)
+            box.assume_sent(rx, now)
 
     def record(self, r, ptype: int, h: dict, cid: str) -> None:
         """One capture record (not rejected) from client ``cid``."""
@@ -191,7 +229,10 @@ class Replayer:
                 return
             msg = message_of_record(r, self.clock_offset, h)
             if msg is not None:
-                self.router.route(msg, lambda c: c in self.live)
+                live = self.live
+                for s in self.router.route(msg, lambda c: c in live):
+                    if s.client_id in live:
+                        self._sends(s, msg.received)
             return
         s = self.live.get(cid)
         if s is None:
@@ -226,12 +267,13 @@ class Replayer:
                     if ref != b"-":
                         p_, o_ = (int(x) for x in ref.split(b":"))
                         self._ack(box, 4, v[4 * i:4 * i + 4], (p_, o_))
-                return
-            ref = h.get("ack_ref")
-            if ref is None:
-                return
-            p_, o_ = (int(x) for x in ref.decode().split(":"))
-            self._ack(box, ptype, r.value, (p_, o_))
+            else:
+                ref = h.get("ack_ref")
+                if ref is None:
+                    return
+                p_, o_ = (int(x) for x in ref.decode().split(":"))
+                self._ack(box, ptype, r.value, (p_, o_))
+            self._sends(s, r.timestamp_us / 1e6 - self.clock_offset)  # the window has room
 
     @staticmethod
     def _ack(box, ptype: int, v: bytes, ref: tuple[int, int]) -> None:
@@ -256,9 +298,19 @@ class Replayer:
                 return
 
     def finish(self) -> None:
-        """End of the log: drop QoS 0 deliveries; QoS 1/2 ones of sessions
-        seen connected may have been sent: DUP 1 when they go out."""
-        for cid, s in self.router.sessions.items():
+        """End of the log: drop QoS 0 deliveries. (The QoS 1/2 ones that may
+        have been sent are in flight already, DUP 1; see :meth:`_sends`.)
+        What the queue bound dropped during the replay is logged now, one
+        line per client (the edge that died may not have logged it: its
+        drop lines come every few seconds)."""
+        router = self.router
+        for cid, n in router.dropped.items():
+            log.warning("edge session recovery: client=%s: %d queued messages dropped, the "
+                        "oldest first (over edge.max_queued_messages = %d or "
+                        "edge.max_queued_bytes = %d); none that may have been sent", cid, n,
+                        router.max_queued_messages, router.max_queued_bytes)
+        router.dropped.clear()
+        for cid, s in router.sessions.items():
             box = s.outbox
             if box is None:
                 continue
@@ -267,7 +319,3 @@ class Replayer:
                 box.queue.clear()
                 box.queue.extend(keep)
                 box.queued_bytes = sum(d.msg.size for d in keep)
-            if cid in self.connected_seen:
-                for d in keep:
-                    if d.state == QUEUED:
-                        d.dup = True

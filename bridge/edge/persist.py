@@ -133,20 +133,21 @@ def write_snapshot(state_dir: str | os.PathLike[str], sessions: dict, offsets: l
 
 def replay(reader, store: SessionStore, start: list[int], end: list[int],
            now_wall: float | None = None, wills: dict[str, WillMessage] | None = None,
-           router: Router | None = None, clock_offset: float = 0.0) -> int:
+           router: Router | None = None, clock_offset: float = 0.0,
+           max_inflight: int | None = None) -> int:
     """Apply the capture records in ``[start, end)`` (per partition, in
     capture-sequence order across partitions) to ``store`` and, when given,
     to the owed ``wills`` and to the subscriptions and outboxes of
-    ``router`` (see :mod:`bridge.edge.journal`); returns how many records
-    were read. Sessions still connected when the log ends are closed (the
-    connection died with the edge): clean ones are dropped; their Wills stay
-    owed."""
+    ``router`` (see :mod:`bridge.edge.journal`; ``max_inflight``:
+    ``edge.max_inflight_messages``); returns how many records were read.
+    Sessions still connected when the log ends are closed (the connection
+    died with the edge): clean ones are dropped; their Wills stay owed."""
     now_wall = time.time() if now_wall is None else now_wall
     live: dict[str, ClientSession] = {cid: s for cid, s in store.sessions.items()
                                       if s.disconnected_at is None}
     for s in live.values():
         s.connected = True
-    subs = Replayer(router, live, clock_offset) if router is not None else None
+    subs = Replayer(router, live, clock_offset, max_inflight) if router is not None else None
     earliest = reader.earliest_offsets()
     streams = []
     for p in range(reader.partitions):
@@ -234,7 +235,7 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
                                 p.protocol_level)
         live[cid] = s
         if subs is not None:
-            subs.connect(s, present)
+            subs.connect(s, present, p, r.timestamp_us / 1e6 - subs.clock_offset)
         if wills is not None:
             wills.pop(cid, None)  # a new connection ends the previous one's Will [MQTT-3.1.3-9]
             if p.will is not None:
@@ -278,13 +279,17 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
 
 
 def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: str,
-            router: Router | None = None, clock_offset: float = 0.0
+            router: Router | None = None, clock_offset: float = 0.0,
+            max_inflight: int | None = None
             ) -> tuple[SessionStore, dict[str, WillMessage], int]:
     """The persistent sessions and the owed Wills after a (re)start: the
     snapshot plus the capture log from its offsets to ``end``; with
     ``router``, their subscriptions and outboxes too (``clock_offset``: wall
     clock minus the server's clock, for message arrival times). Returns
-    (store, owed Wills by Client Identifier, records replayed)."""
+    (store, owed Wills by Client Identifier, records replayed). ``max_inflight``:
+    ``edge.max_inflight_messages`` (None: its default), the in-flight
+    window recovery assumes for the sends the log does not journal (see
+    :mod:`bridge.edge.journal`)."""
     snap = load_snapshot(state_dir)
     start = snap.offsets
     if start is None or len(start) != len(end) or (snap.stream and snap.stream != stream):
@@ -298,7 +303,7 @@ def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: s
         restore(snap.store, router, snap.docs, reader, clock_offset)
     try:
         n = replay(reader, snap.store, start, end, wills=snap.wills, router=router,
-                   clock_offset=clock_offset)
+                   clock_offset=clock_offset, max_inflight=max_inflight)
     except OffsetOutOfRangeError as exc:
         log.warning("edge session recovery stopped early: %s", exc)
         n = 0

@@ -26,9 +26,15 @@ __all__ = [
     "KEEP_ALIVE_TIMEOUT",
     "ACK_MISMATCH",
     "ACL_PUBLISH",
+    "ANONYMOUS_BEYOND_LOOPBACK",
+    "CAPTURE_FAILED",
+    "CONNECT_TIMEOUT",
     "ACL_SUBSCRIBE",
     "QOS2_QUOTA",
+    "SERVER_SHUTDOWN",
     "SUBSCRIPTION_QUOTA",
+    "TOPIC_LENGTH",
+    "TOPIC_LEVELS",
     "SESSION_TAKEN_OVER",
     "edge_violation",
 ]
@@ -48,7 +54,13 @@ BUFFER_BUDGET = "LG-edge-buffer-budget"
 ACK_MISMATCH = "LG-edge-ack-mismatch"
 ACL_PUBLISH = "LG-acl-publish"
 ACL_SUBSCRIBE = "LG-acl-subscribe"
+TOPIC_LEVELS = "LG-edge-topic-levels"
+TOPIC_LENGTH = "LG-edge-topic-length"
 SUBSCRIPTION_QUOTA = "LG-edge-subscription-quota"
+CONNECT_TIMEOUT = "LG-edge-connect-timeout"
+SERVER_SHUTDOWN = "LG-edge-shutdown"
+CAPTURE_FAILED = "LG-edge-capture-failed"
+ANONYMOUS_BEYOND_LOOPBACK = "LG-edge-anonymous-beyond-loopback"
 
 EDGE_RULES: dict[str, Rule] = {
     AUTH_FAILED: Rule(
@@ -120,11 +132,58 @@ EDGE_RULES: dict[str, Rule] = {
         note="SUBACK 0x87 Not authorized (3.x 0x80 Failure) for that filter; the others are "
         "handled. Delivery is checked again per message with the read access",
     ),
+    TOPIC_LEVELS: Rule(
+        "A Topic Name (PUBLISH, Will) or Topic Filter (SUBSCRIBE) has more levels than "
+        "edge.max_topic_levels", 0x90, _P, enforced="session",
+        note="the bound (200 by default; Mosquitto's TOPIC_HIERARCHY_LIMIT is 200 '/') keeps "
+        "every topic tree shallow. MQTT 5 PUBLISH: PUBACK/PUBREC 0x90 Topic Name invalid, "
+        "QoS 0 dropped, the connection stays open; 3.x has no refusal code: closed, as Mosquitto does. The frame "
+        "is captured marked and never routed, retained or delivered. SUBSCRIBE: SUBACK 0x8F "
+        "Topic Filter invalid (3.x 0x80) for that filter, the others handled. Will topic: "
+        "CONNACK 0x90 (3.x: closed without CONNACK)",
+    ),
+    TOPIC_LENGTH: Rule(
+        "A Topic Name (PUBLISH, Will) or Topic Filter (SUBSCRIBE) has more characters than "
+        "edge.max_topic_length", 0x90, _P, enforced="session",
+        note="default 65535, MQTT's own maximum (Mosquitto has no tighter one); lower it to "
+        "bound what each subscription costs. Answered as LG-edge-topic-levels: MQTT 5 "
+        "PUBACK/PUBREC 0x90, 3.x closed, SUBACK 0x8F (3.x 0x80), Will topic CONNACK 0x90",
+    ),
     SUBSCRIPTION_QUOTA: Rule(
         "A SUBSCRIBE would give the client more than edge.max_subscriptions_per_client "
         "subscriptions", 0x97, _P, enforced="session",
         note="that filter is refused in the SUBACK (0x97 Quota exceeded; 3.x 0x80 Failure), the "
         "others are handled and the connection stays open; one log line",
+    ),
+    CONNECT_TIMEOUT: Rule(
+        "No CONNECT accepted within edge.connect_timeout_s of the connection's start (none "
+        "arrived, it is incomplete, or its password check is still waiting)", 0x8D, _P,
+        enforced="session",
+        note="MQTT 5.0 section 3.1: the Server SHOULD close a Network Connection that sends no "
+        "CONNECT within a reasonable time (no statement id). Closed without a CONNACK (no "
+        "CONNECT was accepted to answer); the code is only logged",
+    ),
+    SERVER_SHUTDOWN: Rule(
+        "The edge is shutting down (SIGINT, SIGTERM, the end of lakegate run)", 0x8B, _P,
+        enforced="session",
+        note="a connected MQTT 5 client gets DISCONNECT 0x8B Server shutting down behind its "
+        "pending acknowledgements; 3.x clients, and connections whose CONNECT was not accepted "
+        "yet, are closed",
+    ),
+    CAPTURE_FAILED: Rule(
+        "The capture log cannot write: nothing more may be acknowledged", 0x80, _P,
+        enforced="session",
+        note="the edge stops and its connections are aborted without a DISCONNECT (the error "
+        "is logged once); a supervisor restart reopens the log",
+    ),
+    ANONYMOUS_BEYOND_LOOPBACK: Rule(
+        "A listener binds beyond loopback (edge.host is not 127.0.0.0/8, ::1 or localhost) "
+        "and edge.allow_anonymous was not set", 0x87, _P, enforced="session",
+        note="checked at start-up, as Mosquitto 2.0 does: without edge.password_file the edge "
+        "does not start (one line naming edge.allow_anonymous, exit code 2); with one, "
+        "anonymous clients are refused (CONNACK 0x87 Not authorized, 3.x 0x05, under "
+        "MQTT-3.1.4-2). Only edge.allow_anonymous = true set by the user (file, environment "
+        "or --set) lets anonymous clients in beyond loopback",
     ),
 }
 

@@ -86,6 +86,7 @@ from bridge.edge.housekeeping import SessionHousekeeping
 from bridge.edge.incomplete import IncompleteFrames
 from bridge.edge.persist import recover
 from bridge.edge.downlink import DownlinkHub
+from bridge.edge.exposure import anonymous_allowed, anonymous_note
 from bridge.edge.retained.serving import RetainedServing
 from bridge.edge.retained.store import RetainedStore
 from bridge.edge.router import Router
@@ -153,6 +154,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             raise ConfigError("edge.ack_after", config.sources.get("edge.ack_after", "default"),
                               '"forward" needs amqp.url: with forwarding off no acknowledgement '
                               "would ever be sent")
+        #: anonymous access as it applies (bridge.edge.exposure: beyond loopback only
+        #: when set explicitly; ConfigError when neither it nor a password file is)
+        self.allow_anonymous = anonymous_allowed(config)
         self.config = config
         self.edge = edge
         self.limits = Limits.from_config(edge)
@@ -241,7 +245,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
             recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream,
-            self.router, time.time() - self.loop.time())
+            self.router, time.time() - self.loop.time(), edge.max_inflight_messages)
         self._configure_store()
         self._expire_sessions()
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "
@@ -259,6 +263,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         _tune_gc()
         if edge.ack_after == "forward":
             self.forward = ForwardWaiter(cfg.data_path, self.log.stream, self.log.partitions)
+        note = anonymous_note(cfg)
+        if note is not None:
+            log.info("edge: %s", note)
         loop = self.loop
         srv = await loop.create_server(lambda: Connection(self, False), edge.host, edge.port,
                                        reuse_address=True, backlog=1024)
@@ -307,6 +314,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._idle.clear()
         self.stats["connections"] += 1
         if self._stopping:
+            conn.session.close_reason = f"server shutting down [{edge_rules.SERVER_SHUTDOWN}]"
             conn.transport.close()
             return
         self._arm(conn)
@@ -317,6 +325,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         conn.transport = None
         if session is None:
             return
+        if session.close_reason is None and self.failed is not None:  # aborted for it
+            session.close_reason = f"capture log failed [{edge_rules.CAPTURE_FAILED}]"
         if exc is not None and session.close_reason is None:
             session.close_reason = f"connection lost ({type(exc).__name__}: {exc})"
         actions = session.connection_lost(self.loop.time())
@@ -388,6 +398,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                         (c.frame, c.headers) for c in actions[i - 1:j]])
                 except CaptureError as exc:
                     self.log_failed(exc)
+                    conn.session.close_reason = f"capture log failed [{edge_rules.CAPTURE_FAILED}]"
                     if conn.transport is not None:
                         conn.transport.abort()
                     return
@@ -400,6 +411,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                                  a.headers if a.release is None else a.final_headers())
                 except CaptureError as exc:
                     self.log_failed(exc)
+                    conn.session.close_reason = f"capture log failed [{edge_rules.CAPTURE_FAILED}]"
                     if conn.transport is not None:
                         conn.transport.abort()
                     return
@@ -504,8 +516,11 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             if not ok:  # (the AuthQueue has recorded the outcome for the address)
                 refusal = (0x86, f"bad user name or password for user name of "
                                  f"{len(req.username or '')} characters")
-        elif req.username is None and not self.edge.allow_anonymous:
-            refusal = (0x87, "anonymous access is off (edge.allow_anonymous = false)")
+        elif req.username is None and not self.allow_anonymous:
+            refusal = (0x87, "anonymous access is off (edge.allow_anonymous = false)"
+                       if not self.edge.allow_anonymous else
+                       "anonymous access is off beyond loopback (edge.allow_anonymous not set) "
+                       f"[{edge_rules.ANONYMOUS_BEYOND_LOOPBACK}]")
         if refusal is not None:
             self.stats["refused"] += 1
             self.perform(conn, session.refuse(edge_rules.AUTH_FAILED, *refusal))
@@ -532,6 +547,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                  " tls" if conn.tls else "", req.clean_start, session.keepalive, present,
                  "yes" if req.username is not None else "no")
         self.perform(conn, session.accept(client, present, self.loop.time()))
+        conn.work_if_pending()  # a large SUBSCRIBE right behind the CONNECT
         if self.downlink is not None:
             self.downlink.connected(conn)
         self.account(conn)

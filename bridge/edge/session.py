@@ -83,10 +83,10 @@ from bridge.edge.inbound import InboundFlows
 from bridge.edge.records import REJECT_RECORD_BYTES, redact_password, reject_record
 from bridge.edge.router import Router
 from bridge.edge.state import ClientSession
-from bridge.edge.subscribing import SubscriberFlows
+from bridge.edge.subscribing import SLICE_BYTES, SubscriberFlows
 from bridge.mqtt import Connect, IncompleteData, MqttError, PubAck, Publish
-from bridge.mqtt.codec import decode_packet
-from bridge.mqtt.fixed_header import PacketType
+from bridge.mqtt.codec import begin_filters, decode_packet
+from bridge.mqtt.fixed_header import PacketType, frame_length
 from bridge.mqtt.rules import SECOND_CONNECT, violation
 
 __all__ = [
@@ -107,6 +107,17 @@ __all__ = [
 ]
 
 _KEEPALIVE_FACTOR = 1.5
+
+
+def _large_frame(view: memoryview, pos: int, end: int, limit: int | None) -> int:
+    """The length of the complete frame at ``pos`` when it is larger than
+    :data:`~bridge.edge.subscribing.SLICE_BYTES` (and within ``limit``);
+    else 0 (the codec decides the rest, errors included)."""
+    try:
+        total = frame_length(view[pos:min(end, pos + 5)], max_packet_bytes=limit)
+    except MqttError:
+        return 0
+    return total if total is not None and SLICE_BYTES < total <= end - pos else 0
 #: a run of 4-byte PUBACKs with non-zero Packet Identifiers
 _PUBACK_RUN = re.compile(rb"(?:\x40\x02(?:[^\x00][\x00-\xff]|\x00[^\x00]))+")
 
@@ -122,6 +133,8 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         self.granted = []
         self._pump_due = False
         self._rx = None  # the subscriber's Receiver, once connected
+        #: a large SUBSCRIBE / UNSUBSCRIBE handled in slices (SubscriberFlows.work)
+        self._work = None
         self.remote = remote
         self.limits = limits
         self._receive_maximum = limits.receive_maximum
@@ -184,8 +197,11 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         if self.state in (AWAIT_CONNECT, CONNECTING):
             if now >= self._started + self.limits.connect_timeout_s:
                 self.state = CLOSED
-                return [Close(f"connect timeout ({self.limits.connect_timeout_s:g} s, "
-                              f"{len(self._buf)} bytes buffered)")]
+                why = (f"connect timeout [{edge_rules.CONNECT_TIMEOUT}] (no CONNECT accepted "
+                       f"within edge.connect_timeout_s = {self.limits.connect_timeout_s:g} s, "
+                       f"{len(self._buf)} bytes buffered)")
+                self.close_reason = why
+                return [Close(why)]
         elif self.state == CONNECTED and self.keepalive:
             if now >= self._last_rx + _KEEPALIVE_FACTOR * self.keepalive:
                 return self._server_disconnect(
@@ -201,9 +217,9 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         self._last_rx = now
         self.bytes_in += len(data)
         buf = self._buf
-        if buf or self.state == CONNECTING:
+        if buf or self.state == CONNECTING or self._work is not None:
             buf += data
-            if len(buf) < self._need or self.state == CONNECTING:
+            if len(buf) < self._need or self.state == CONNECTING or self._work is not None:
                 return []
             return self._process_buffer()
         actions: list[Action] = []
@@ -283,6 +299,22 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                         "Authentication Method", packet_type=PacketType.AUTH, protocol_level=5),
                         actions)
                     return end
+                if (b0 == 0x82 or b0 == 0xA2) and state is CONNECTED:
+                    total = _large_frame(view, pos, end, limit)
+                    if total:  # a large SUBSCRIBE / UNSUBSCRIBE: in slices
+                        frame = view[pos:pos + total].tobytes()
+                        pos += total
+                        frames += 1
+                        by_type[b0 >> 4] += 1
+                        try:
+                            decoder, _ = begin_filters(frame, level, max_packet_bytes=limit)
+                        except MqttError as err:
+                            self._reject(memoryview(frame), err, actions)
+                            return end
+                        self._begin_filters(frame, decoder, actions)
+                        if self._work is not None or self.state is not CONNECTED:
+                            return pos if self.state is CONNECTED else end
+                        continue
                 try:
                     packet, used = decode(view[pos:], level, max_packet_bytes=limit)
                 except IncompleteData as inc:
@@ -325,17 +357,23 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         """The server is shutting down: DISCONNECT 0x8B (MQTT 5), Will, close."""
         if self.state == CLOSED:
             return []
+        # a close the edge had already decided on (a resource limit, a failed
+        # capture log) keeps its reason
+        why = self.close_reason or f"server shutting down [{edge_rules.SERVER_SHUTDOWN}]"
         if self.state != CONNECTED:
             self.state = CLOSED
-            return [Close("server shutting down")]
-        return self._server_disconnect(0x8B, "server shutting down")
+            self.close_reason = why
+            return [Close(why)]
+        return self._server_disconnect(0x8B, why)
 
     def take_over(self) -> list[Action]:
         """Another connection took this Client Identifier [MQTT-3.1.4-3]."""
+        why = f"session taken over [{edge_rules.SESSION_TAKEN_OVER}]"
         if self.state != CONNECTED:
             self.state = CLOSED
-            return [Close("session taken over")]
-        return self._server_disconnect(0x8E, f"session taken over [{edge_rules.SESSION_TAKEN_OVER}]")
+            self.close_reason = why
+            return [Close(why)]
+        return self._server_disconnect(0x8E, why)
 
     def _server_disconnect(self, reason: int, why: str) -> list[Action]:
         actions: list[Action] = []

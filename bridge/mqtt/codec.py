@@ -45,11 +45,11 @@ from bridge.mqtt.fixed_header import PacketType, check_first_byte, is_minimal, p
 from bridge.mqtt.publish import Publish, decode_publish, encode_publish
 from bridge.mqtt.rules import violation
 from bridge.mqtt.subscribe import (
-    Suback, Subscribe, Unsuback, Unsubscribe, decode_suback, decode_subscribe, decode_unsuback,
+    FilterDecoder, Suback, Subscribe, Unsuback, Unsubscribe, decode_suback, decode_subscribe, decode_unsuback,
     decode_unsubscribe, encode_suback, encode_subscribe, encode_unsuback, encode_unsubscribe,
 )
 
-__all__ = ["Packet", "decode_packet", "encode"]
+__all__ = ["Packet", "begin_filters", "decode_packet", "encode"]
 
 Packet = Union[
     Connect, Connack, Publish, PubAck, PubRec, PubRel, PubComp, Subscribe, Suback,
@@ -169,6 +169,38 @@ def decode_packet(
             err.packet_type = PacketType(b0 >> 4)
         raise
     return packet, end
+
+
+def begin_filters(buf, protocol_level: int, *,
+                  max_packet_bytes: int | None = None) -> tuple[FilterDecoder, int]:
+    """A client's SUBSCRIBE or UNSUBSCRIBE at the start of ``buf`` (bytes
+    that stay unchanged), as a :class:`~bridge.mqtt.subscribe.FilterDecoder`
+    whose Topic Filters are left to its ``step``; and the frame's length.
+    Every other outcome as :func:`decode_packet`'s for the same bytes."""
+    mv = buf if type(buf) is memoryview else memoryview(buf)
+    have = len(mv)
+    if not have:
+        raise IncompleteData(None, 0)
+    b0 = mv[0]
+    try:
+        ptype = check_first_byte(b0, protocol_level, True)
+        if ptype not in (PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE):
+            raise ValueError(f"begin_filters: a {ptype.name}, not a SUBSCRIBE or UNSUBSCRIBE")
+        fh = parse_fixed_header(mv, max_packet_bytes=max_packet_bytes, from_client=True,
+                                minimal=protocol_level == 5)
+        if fh is None:
+            raise IncompleteData(None, have)
+        start = fh.header_length
+        end = start + fh.remaining_length
+        if end > have:
+            raise IncompleteData(end, have)
+        return FilterDecoder(ptype, mv, start, end, protocol_level), end
+    except MqttError as err:
+        if err.protocol_level is None:
+            err.protocol_level = protocol_level
+        if err.packet_type is None:
+            err.packet_type = PacketType(b0 >> 4)
+        raise
 
 
 def _connect_level(mv: memoryview, have: int) -> int | None:

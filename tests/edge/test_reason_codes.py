@@ -47,6 +47,7 @@ CONNECTED_ONLY = {
     "MQTT-3.3.4-7": 0x93,          # Receive Maximum
     "LG-edge-keep-alive": 0x8D,    # tick()
     "MQTT-3.1.4-3": 0x8E,          # take_over()
+    "LG-edge-shutdown": 0x8B,      # shutdown(): sent to connected MQTT 5 clients only
 }
 # Resource limits that close a connection mid-frame without sending anything
 # (the client is in the middle of a packet, so no packet of ours can follow
@@ -55,11 +56,14 @@ CONNECTED_ONLY = {
 CLOSED_SILENTLY = {
     "LG-edge-frame-timeout": 0x8D,
     "LG-edge-buffer-budget": 0x97,
+    "LG-edge-connect-timeout": 0x8D,  # no CONNECT accepted: no CONNACK to carry it
 }
 # Refusals that keep the connection: the rule's code goes in this ack.
 ACK_REFUSALS = {
     "LG-payload-format-invalid": (PacketType.PUBACK, PacketType.PUBREC),
     "LG-edge-qos2-quota": (PacketType.PUBREC,),
+    "LG-edge-topic-levels": (PacketType.PUBACK, PacketType.PUBREC),
+    "LG-edge-topic-length": (PacketType.PUBACK, PacketType.PUBREC),
 }
 
 SERVER = False  # from_client=False: the edge is the sender

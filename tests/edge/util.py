@@ -69,11 +69,16 @@ class Harness:
         self.requests: list[ConnectRequest] = []
         self.present: bool | None = None
         self._seq = 0
+        #: slices of large SUBSCRIBE / UNSUBSCRIBE packets run (Session.work)
+        self.slices = 0
 
     def feed(self, data: bytes, now: float | None = None) -> Harness:
         if now is not None:
             self.now = now
         self.perform(self.session.receive_data(data, self.now))
+        while self.session.work_pending:  # a large SUBSCRIBE / UNSUBSCRIBE, slice by slice
+            self.slices += 1
+            self.perform(self.session.work(self.now))
         return self
 
     def perform(self, actions) -> None:

@@ -39,6 +39,10 @@ class Entry:
     msg: Message | None
 
 
+#: The depth marker of a stack item inside a "#" subtree (see Overlay.match).
+_BELOW = -1
+
+
 class _Node:
     __slots__ = ("kids", "entry")
 
@@ -53,6 +57,8 @@ class Overlay:
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
         self._root = _Node()
+        #: changes so far (a frozen list of the entries is reused while it holds)
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -63,6 +69,7 @@ class Overlay:
         if old is not None and not supersedes(entry.seq, old.seq):
             return False
         self.entries[entry.topic] = entry
+        self.version += 1
         node = self._root
         for lev in entry.topic.split("/"):
             kids = node.kids
@@ -85,6 +92,7 @@ class Overlay:
 
     def _remove(self, topic: str) -> None:
         del self.entries[topic]
+        self.version += 1
         path = []
         node = self._root
         for lev in topic.split("/"):
@@ -97,44 +105,58 @@ class Overlay:
                 break
             del parent.kids[lev]  # type: ignore[union-attr]
 
-    def match(self, topic_filter: str) -> Iterator[Entry]:
+    def match(self, topic_filter: str, budget: int | None = None) -> Iterator[Entry] | None:
         """The entries (tombstones too) whose topic ``topic_filter`` matches
-        (MQTT 5.0 section 4.7, as ``bridge.edge.retained.index``)."""
+        (MQTT 5.0 section 4.7, as ``bridge.edge.retained.index``).
+
+        Depth first with an explicit stack, never recursion: a topic of
+        thousands of levels (a retained message captured under a larger
+        ``edge.max_topic_levels``, or before there was one) is walked like
+        any other [LG-edge-topic-levels]. Order: children in the order
+        their topics first came, a node's own entry before its subtree.
+        ``budget``: the trie nodes the walk may visit; None when it would
+        visit more (the caller scans instead, ``bridge.edge.retained.scan``)."""
         parts = topic_filter.split("/")
+        n = len(parts)
         out: list[Entry] = []
-
-        def below(node: _Node, first: bool) -> None:  # "#": the node's subtree
-            if node.kids:
-                for lev, kid in node.kids.items():
-                    if first and lev[:1] == "$":
-                        continue  # [MQTT-4.7.2-1]
-                    if kid.entry is not None:
-                        out.append(kid.entry)
-                    below(kid, False)
-
-        def walk(node: _Node, d: int) -> None:
-            if d == len(parts):
+        # (node, d): d >= 0, the node matched the filter's first d levels;
+        # _BELOW: a node inside the subtree of a "#" (its entry, then its kids).
+        stack: list[tuple[_Node, int]] = [(self._root, 0)]
+        pop = stack.pop
+        push = stack.append
+        extend = stack.extend
+        left = -1 if budget is None else budget
+        while stack:
+            if not left:
+                return None
+            left -= 1
+            node, d = pop()
+            kids = node.kids
+            if d == _BELOW:
                 if node.entry is not None:
                     out.append(node.entry)
-                return
+                if kids:
+                    extend([(kid, _BELOW) for kid in reversed(kids.values())])
+                continue
+            if d == n:
+                if node.entry is not None:
+                    out.append(node.entry)
+                continue
             lev = parts[d]
             if lev == "#":  # [MQTT-4.7.1-1]: the parent level too
                 if d and node.entry is not None:
                     out.append(node.entry)
-                below(node, d == 0)
-                return
-            kids = node.kids
+                if kids:
+                    extend([(kid, _BELOW) for name, kid in reversed(kids.items())
+                            if d or name[:1] != "$"])  # [MQTT-4.7.2-1]
+                continue
             if not kids:
-                return
+                continue
             if lev == "+":  # [MQTT-4.7.1-2]
-                for name, kid in kids.items():
-                    if d == 0 and name[:1] == "$":
-                        continue  # [MQTT-4.7.2-1]
-                    walk(kid, d + 1)
+                extend([(kid, d + 1) for name, kid in reversed(kids.items())
+                        if d or name[:1] != "$"])  # [MQTT-4.7.2-1]
             else:
                 kid = kids.get(lev)
                 if kid is not None:
-                    walk(kid, d + 1)
-
-        walk(self._root, 0)
+                    push((kid, d + 1))
         return iter(out)

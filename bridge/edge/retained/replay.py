@@ -33,11 +33,14 @@ import collections
 
 from bridge.edge.delivery import Barrier, Delivery, packet_id
 from bridge.edge.message import Message
+from bridge.edge.retained.scan import OverlayScan
 
 __all__ = ["BLOCK", "Replay", "ReplayedDelivery"]
 
 #: table rows read at a time (one vectorised read of their payloads)
 BLOCK = 500
+#: overlay scan steps one take may run (bridge.edge.retained.scan: ~1 ms each)
+SCAN_STEPS = 2
 
 
 class ReplayedDelivery(Delivery):
@@ -55,18 +58,35 @@ class Replay(Barrier):
     topic = "(retained replay)"
 
     def __init__(self, snapshot, rows, extra: list[Message], qos_cap: int,
-                 sub_ids: tuple[int, ...], clock_offset: float, allowed=None) -> None:
+                 sub_ids: tuple[int, ...], clock_offset: float, allowed=None,
+                 scan: OverlayScan | None = None, lazy: tuple[str, float] | None = None) -> None:
         self.snapshot = snapshot
+        #: the table's rows to send; None: matched when the replay gets to
+        #: them (``lazy``: the filter and the server's clock at the SUBSCRIBE)
         self.rows = rows
+        self.lazy = lazy
         self.pos = 0
         self.extra = collections.deque(extra)
         self.qos_cap = qos_cap
         self.sub_ids = sub_ids
         self.clock_offset = clock_offset
+        #: the overlay matched a block at a time (bridge.edge.retained.scan);
+        #: its messages go first, then the table's rows (less those it hid)
+        self.scan = scan
         self.count = int(sum(1 for m in extra if min(m.qos, qos_cap)))
-        if qos_cap and rows.size:
-            self.count += int((snapshot.qos[rows] != 0).sum())
-        self.total = len(extra) + int(rows.size)
+        if rows is None:  # not matched yet: every row of the version may be served
+            size = snapshot.size if snapshot is not None else 0
+            self.total = len(extra) + size
+            if qos_cap:
+                self.count += size
+        else:
+            if qos_cap and rows.size:
+                self.count += int((snapshot.qos[rows] != 0).sum())
+            self.total = len(extra) + int(rows.size)
+        if scan is not None:  # not known yet: every entry of the list may be served
+            self.total += len(scan.entries)
+            if qos_cap:
+                self.count += len(scan.entries)
         self.k = 0  # the first reserved number (set by the outbox)
         self.sent = 0
         self.lost = 0  # rows whose table file could not be read
@@ -76,7 +96,24 @@ class Replay(Barrier):
 
     @property
     def done(self) -> bool:
-        return not self.extra and self.pos >= self.rows.size
+        return not self.extra and self.scan is None and self.rows is not None \
+            and self.pos >= self.rows.size
+
+    def _match_rows(self) -> None:
+        """The table's rows of a lazy replay, once the overlay is done
+        (as ``RetainedStore.replay`` would have found them at the SUBSCRIBE)."""
+        import numpy as np  # (a table is loaded: numpy is)
+
+        snap = self.snapshot
+        topic_filter, now = self.lazy
+        self.lazy = None
+        if snap is None:
+            self.rows = np.zeros(0, dtype=np.int64)
+            return
+        rows = snap.index.match(topic_filter)
+        if rows.size:
+            rows = snap.live_rows(rows, int((now + self.clock_offset) * 1e6))
+        self.rows = rows
 
     def take(self, n: int) -> list[Delivery]:
         """Up to ``n`` deliveries, in order (fewer at the end). Table rows
@@ -85,8 +122,28 @@ class Replay(Barrier):
         wait in memory."""
         out: list[Delivery] = []
         extra = self.extra
+        scans = 0
         while len(out) < n:
             if not extra:
+                scan = self.scan
+                if scan is not None:
+                    if scans == SCAN_STEPS:
+                        break  # not done: the outbox pumps again soon
+                    extra.extend(scan.step())
+                    scans += 1
+                    if scan.done:
+                        self.scan = None
+                        if self.rows is None:
+                            self._match_rows()
+                        if scan.hidden:
+                            import numpy as np  # (a table is loaded: numpy is)
+
+                            self.rows = np.setdiff1d(self.rows, np.asarray(scan.hidden,
+                                                                           dtype=np.int64))
+                    continue
+                if self.rows is None:
+                    self._match_rows()
+                    break  # (a match of its own: the rows go from the next take)
                 if self.pos >= self.rows.size:
                     break
                 chunk = self.rows[self.pos:self.pos + BLOCK]

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from bridge.edge.message import Message
 from bridge.edge.retained.overlay import Entry, Overlay
 from bridge.edge.retained.replay import Replay
+from bridge.edge.retained.scan import EAGER_NODES, OverlayScan
 from bridge.tables.retained_order import supersedes
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class RetainedStore:
         self.cache_bytes = cache_bytes
         self.snapshot: Snapshot | None = None
         self.overlay = Overlay()
+        self._frozen: tuple[int, list[Entry]] | None = None  # (overlay version, entries)
         #: the last error loading a version (one line), None when the last load worked
         self.error: str | None = None
         self._dt = None  # the DeltaTable the refresh polls
@@ -157,36 +159,60 @@ class RetainedStore:
         self.overlay.apply(Entry(topic, seq, pos, msg if msg.size else None))
 
     # ------------------------------------------------------------ SUBSCRIBE
+    def frozen(self) -> list[Entry]:
+        """The overlay's entries as a list that nobody changes (one copy per
+        version of the overlay, shared by the scans made meanwhile)."""
+        cached = self._frozen
+        if cached is None or cached[0] != self.overlay.version:
+            cached = self._frozen = (self.overlay.version, list(self.overlay.entries.values()))
+        return cached[1]
+
     def replay(self, topic_filter: str, qos_cap: int, sub_ids: tuple[int, ...],
-               now: float, allowed=None) -> Replay | None:
+               now: float, allowed=None, eager: bool = True) -> Replay | None:
         """The retained messages ``topic_filter`` matches, as a replay for
         one subscription (None: there are none). ``now``: the server's
         clock; ``allowed(topic)``: the ACL's read check, applied to each
-        message as it goes out (None: every topic)."""
+        message as it goes out (None: every topic). The matching is done now
+        while it is small (:data:`~bridge.edge.retained.scan.EAGER_NODES`
+        of the overlay's trie), else as the replay goes (an overlay scan,
+        the table's rows after it); ``eager`` false: always as it goes (a
+        SUBSCRIBE of many filters, ``SubscriberFlows``), the table's rows too."""
         import numpy as np  # loaded with the first table version, not before
 
         snap = self.snapshot
+        if not eager:
+            if snap is None and not self.overlay.entries:
+                return None
+            scan = OverlayScan(self.frozen(), topic_filter, snap, now) \
+                if self.overlay.entries else None
+            return Replay(snap, None, [], qos_cap, sub_ids, self.clock_offset, allowed, scan,
+                          (topic_filter, now))
         rows = snap.index.match(topic_filter) if snap is not None else np.zeros(0, dtype=np.int64)
+        matched = self.overlay.match(topic_filter, EAGER_NODES)
+        scan = None
         extra: list[Message] = []
         hidden: list[int] = []
-        for e in self.overlay.match(topic_filter):
-            if snap is not None:
-                r = snap.row_of(e.topic)
-                if r >= 0:
-                    if not supersedes(e.seq, int(snap.seq[r])):
-                        continue  # the table holds a newer state of the topic
-                    hidden.append(r)
-            if e.msg is not None:
-                left = e.msg.remaining(now)
-                if left is None or left > 0:  # [MQTT-3.3.2-5]
-                    extra.append(e.msg)
+        if matched is None:  # a large overlay: matched as the replay goes
+            scan = OverlayScan(self.frozen(), topic_filter, snap, now)
+        else:
+            for e in matched:
+                if snap is not None:
+                    r = snap.row_of(e.topic)
+                    if r >= 0:
+                        if not supersedes(e.seq, int(snap.seq[r])):
+                            continue  # the table holds a newer state of the topic
+                        hidden.append(r)
+                if e.msg is not None:
+                    left = e.msg.remaining(now)
+                    if left is None or left > 0:  # [MQTT-3.3.2-5]
+                        extra.append(e.msg)
         if hidden:
             rows = np.setdiff1d(rows, np.asarray(hidden, dtype=np.int64), assume_unique=False)
         if snap is not None and rows.size:
             rows = snap.live_rows(rows, int((now + self.clock_offset) * 1e6))
-        if not extra and not rows.size:
+        if not extra and not rows.size and scan is None:
             return None
-        return Replay(snap, rows, extra, qos_cap, sub_ids, self.clock_offset, allowed)
+        return Replay(snap, rows, extra, qos_cap, sub_ids, self.clock_offset, allowed, scan)
 
     def topics(self) -> int:
         """Topics known (table rows, tombstones included, plus overlay entries)."""
