@@ -24,7 +24,10 @@ from typing import Iterator
 from bridge.edge.message import Message
 from bridge.tables.retained_order import supersedes
 
-__all__ = ["Entry", "Overlay"]
+__all__ = ["DROP_BLOCK", "Entry", "Overlay"]
+
+#: entries one step of a drop looks at (about 1 ms)
+DROP_BLOCK = 1_000
 
 
 @dataclass(slots=True)
@@ -59,6 +62,9 @@ class Overlay:
         self._root = _Node()
         #: changes so far (a frozen list of the entries is reused while it holds)
         self.version = 0
+        #: a drop of covered entries under way: (covered, the entries to look at)
+        self._drop: tuple[dict[int, int], list[Entry]] | None = None
+        self._drop_pos = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -85,10 +91,43 @@ class Overlay:
     def drop_covered(self, covered: dict[int, int]) -> int:
         """Drop the entries whose capture position a table version covers
         (``covered``: partition -> first offset not covered); returns how many."""
-        gone = [e for e in self.entries.values() if e.pos[1] < covered.get(e.pos[0], 0)]
-        for e in gone:
-            self._remove(e.topic)
-        return len(gone)
+        self.begin_drop(covered)
+        n = 0
+        while self.dropping:
+            n += self.drop_step(1 << 30)
+        return n
+
+    def begin_drop(self, covered: dict[int, int]) -> None:
+        """:meth:`drop_covered` a step at a time (:meth:`drop_step`, one per
+        turn of the event loop: a version covering 200,000 entries would
+        hold the loop for about half a second). Until the last step, the
+        covered entries still serve; they agree with the table's rows (the
+        same capture sequence: the table's row wins, ``supersedes``)."""
+        self._drop = (covered, list(self.entries.values()))
+        self._drop_pos = 0
+
+    @property
+    def dropping(self) -> bool:
+        return self._drop is not None
+
+    def drop_step(self, n: int = DROP_BLOCK) -> int:
+        """Look at up to ``n`` more entries of the drop begun; returns how
+        many were dropped."""
+        if self._drop is None:
+            return 0
+        covered, todo = self._drop
+        end = min(self._drop_pos + n, len(todo))
+        entries = self.entries
+        gone = 0
+        for i in range(self._drop_pos, end):
+            e = todo[i]
+            if entries.get(e.topic) is e and e.pos[1] < covered.get(e.pos[0], 0):
+                self._remove(e.topic)
+                gone += 1
+        self._drop_pos = end
+        if end >= len(todo):
+            self._drop = None
+        return gone
 
     def _remove(self, topic: str) -> None:
         del self.entries[topic]

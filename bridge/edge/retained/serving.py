@@ -47,6 +47,9 @@ class RetainedServing:
             await asyncio.sleep(self.edge.retained_refresh_s)
             try:
                 if await asyncio.to_thread(store.newer):
-                    store.swap(await asyncio.to_thread(store.load))
+                    store.swap(await asyncio.to_thread(store.load), gradual=True)
+                    while store.overlay.dropping:  # a step per turn: the loop is never held
+                        store.overlay.drop_step()
+                        await asyncio.sleep(0)
             except Exception as exc:  # keep serving what is loaded; say why once per failure
                 log.error("edge retained messages: refreshing from the table failed: %s", exc)

@@ -105,16 +105,23 @@ class RetainedStore:
             return False
         return self.snapshot is None or v > self.snapshot.version
 
-    def swap(self, snap: Snapshot | None) -> None:
+    def swap(self, snap: Snapshot | None, gradual: bool = False) -> None:
         """Serve ``snap`` from now on (on the loop); drop the overlay entries
-        it covers."""
+        it covers: now, or with ``gradual`` a step at a time as the caller
+        calls ``overlay.drop_step`` (the server's refresh, one per turn of
+        the event loop)."""
         if snap is None:
             return
         self.snapshot = snap
-        dropped = self.overlay.drop_covered(snap.covered) if snap.covered else 0
+        if gradual and snap.covered:
+            self.overlay.begin_drop(snap.covered)
+            dropped = "dropping those now in the table"
+        else:
+            dropped = "%d now in the table" % (
+                self.overlay.drop_covered(snap.covered) if snap.covered else 0)
         log.info("retained: serving table version %d (%d topics, %d bytes of payloads cached), "
-                 "overlay %d topics (%d now in the table)", snap.version, snap.size,
-                 snap._cached, len(self.overlay), dropped)
+                 "overlay %d topics (%s)", snap.version, snap.size, snap._cached,
+                 len(self.overlay), dropped)
 
     def start_offsets(self, earliest: list[int]) -> list[int]:
         """Per partition, where :meth:`replay_log` starts: the served

@@ -142,3 +142,37 @@ def test_lg_edge_frozen_entries_are_shared_while_the_overlay_does_not_change(tmp
     s.capture("x", 1, (0, 1), msg("x"))
     c = s.replay("#", 1, (), wall())
     assert c.scan.entries is not a.scan.entries and len(c.scan.entries) == 3001
+
+
+def test_lg_edge_a_covering_version_drops_the_overlay_a_step_at_a_time(tmp_path):
+    from bridge.edge.retained.overlay import Entry, Overlay
+
+    o = Overlay()
+    for i in range(5000):
+        o.apply(Entry(f"d/{i}", i, (i % 2, i), msg(f"d/{i}")))
+    o.apply(Entry("d/7", 10**6, (1, 10**6), msg("d/7", b"newer")))  # not covered
+    o.begin_drop({0: 10**9, 1: 3000})
+    steps = 0
+    while o.dropping:
+        o.drop_step(1000)
+        steps += 1
+    assert steps == 5  # 5,000 entries looked at, 1,000 a step
+    kept = sorted(o.entries)
+    assert kept == sorted([f"d/{i}" for i in range(3000, 5000) if i % 2] + ["d/7"])
+    assert len(o) == len([i for i in range(3000, 5000) if i % 2]) + 1
+    assert sorted(e.topic for e in o.match("d/+")) == kept  # the trie agrees
+
+
+def test_lg_edge_entries_applied_during_a_drop_are_kept(tmp_path):
+    from bridge.edge.retained.overlay import Entry, Overlay
+
+    o = Overlay()
+    for i in range(100):
+        o.apply(Entry(f"k/{i}", i, (0, i), msg(f"k/{i}")))
+    o.begin_drop({0: 50})
+    o.drop_step(10)
+    o.apply(Entry("k/40", 500, (0, 500), msg("k/40", b"replaced during the drop")))
+    while o.dropping:
+        o.drop_step(10)
+    assert sorted(o.entries) == sorted([f"k/{i}" for i in range(50, 100)] + ["k/40"])
+    assert o.entries["k/40"].msg.payload == b"replaced during the drop"
