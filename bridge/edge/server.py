@@ -114,16 +114,42 @@ def _plain(a: Capture) -> bool:
 #: 7 % of its event loop in the QoS 1 fan-out bench; nothing the edge keeps
 #: relies on the collector (no reference cycles on the delivery path)
 GC_THRESHOLD0 = 10_000
+#: young collections between two of the middle generation (CPython: 10): a
+#: middle pass walks what survived that many young ones, 100,000 objects at
+#: 10 (40-48 ms measured under a retained flood), 20,000 at 2
+GC_THRESHOLD1 = 2
+#: no automatic full pass: what the edge keeps for long (a retained overlay
+#: of 200,000 topics, queued sessions) made each one walk a million objects,
+#: 250-320 ms with the event loop stopped; the housekeeping makes one every
+#: ``housekeeping.GC_FULL_EVERY`` rounds instead (10 minutes), at a known time
+GC_THRESHOLD2 = 1 << 30
 
 
 def _tune_gc() -> None:
     """Move what start-up built (recovered sessions, imports) out of the
-    collector's sight (``gc.freeze``) and collect young objects less often
-    (:data:`GC_THRESHOLD0`). Process-wide; done once per edge start."""
+    collector's sight (``gc.freeze``), collect young objects less often
+    (:data:`GC_THRESHOLD0`) and leave full passes to the housekeeping
+    (:data:`GC_THRESHOLD2`). Process-wide; done once per edge start."""
+    global _gc_saved, _gc_edges
     gc.freeze()
-    t0, t1, t2 = gc.get_threshold()
-    if t0 < GC_THRESHOLD0:
-        gc.set_threshold(GC_THRESHOLD0, t1, t2)
+    if not _gc_edges:
+        _gc_saved = gc.get_threshold()
+    _gc_edges += 1
+    gc.set_threshold(max(_gc_saved[0], GC_THRESHOLD0), GC_THRESHOLD1, GC_THRESHOLD2)
+
+
+def _untune_gc() -> None:
+    """The last edge of the process stopped: the collector's thresholds as
+    they were (a process that goes on, a test run, gets its full passes back)."""
+    global _gc_edges
+    if _gc_edges:
+        _gc_edges -= 1
+        if not _gc_edges and _gc_saved is not None:
+            gc.set_threshold(*_gc_saved)
+
+
+_gc_saved: tuple[int, int, int] | None = None
+_gc_edges = 0  # edges of this process that tuned the collector and run
 
 
 def _base36(n: int) -> str:
@@ -205,6 +231,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._boot = _base36(int(time.time() * 1000))
         self._next_conn = 0
         self._idle: asyncio.Event | None = None
+        self._gc_tuned = False
 
     # ------------------------------------------------------------ start
     async def start(self) -> list[tuple[str, int, bool]]:
@@ -261,6 +288,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                      "now" if w.delay_s <= 0 else f"in {w.delay_s} s unless the client connects")
             self._will(w)
         _tune_gc()
+        self._gc_tuned = True
         if edge.ack_after == "forward":
             self.forward = ForwardWaiter(cfg.data_path, self.log.stream, self.log.partitions)
         note = anonymous_note(cfg)
@@ -648,6 +676,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             await srv.wait_closed()
         if self._own_log and self.log is not None:
             await asyncio.to_thread(self.log.close)
+        if self._gc_tuned:
+            self._gc_tuned = False
+            _untune_gc()
         log.info("edge stopped: %d connections served, %d refused",
                  self.stats["connections"], self.stats["refused"])
 
