@@ -67,7 +67,7 @@ QUEUED, SENT, RELEASED, RECEIVED = 0, 1, 2, 3
 _PUBREL = struct.Struct(">BBH")
 #: retained messages a pump hands out at most (then it asks to be called
 #: again, ``Outbox.more``); also what one take gets at QoS 0 (no window)
-_REPLAY_BUDGET = 500
+_REPLAY_BUDGET = 256
 _U16 = struct.Struct(">H")
 
 

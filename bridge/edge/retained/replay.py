@@ -38,7 +38,7 @@ from bridge.edge.retained.scan import OverlayScan
 __all__ = ["BLOCK", "Replay", "ReplayedDelivery"]
 
 #: table rows read at a time (one vectorised read of their payloads)
-BLOCK = 500
+BLOCK = 256
 #: overlay scan steps one take may run (bridge.edge.retained.scan: ~1 ms each)
 SCAN_STEPS = 2
 
