@@ -317,15 +317,17 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30
 
 
 def start_mosquitto(workdir: Path, settings: str = "max_inflight_messages 0\nmax_queued_messages 0\n",
-                    name: str = "mosquitto.conf") -> tuple[subprocess.Popen, int]:
-    """A Mosquitto on a free loopback port with a temporary configuration
-    (``workdir/name``): no persistence, plus ``settings`` (configuration
-    lines; by default no in-flight and queue limits, as ``bench edge`` wants)."""
+                    name: str = "mosquitto.conf", port: int = 0) -> tuple[subprocess.Popen, int]:
+    """A Mosquitto on a free loopback port (or ``port``: a restart on the
+    same one) with a temporary configuration (``workdir/name``): no
+    persistence, plus ``settings`` (configuration lines, which win over
+    those before them; by default no in-flight and queue limits, as ``bench
+    edge`` wants)."""
     binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto"
                                            if os.path.exists("/usr/sbin/mosquitto") else None)
     if binary is None:
         raise RuntimeError("mosquitto is not installed (scripts/services up installs it)")
-    port = free_loopback_port()
+    port = port or free_loopback_port()
     conf = workdir / name
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
                     f"{settings}log_dest stderr\nlog_type error\nlog_type warning\n")
@@ -335,13 +337,15 @@ def start_mosquitto(workdir: Path, settings: str = "max_inflight_messages 0\nmax
     return proc, port
 
 
-def start_edge(args: argparse.Namespace, data_dir: Path,
-               profile: str | None = None) -> tuple[subprocess.Popen, int]:
+def start_edge(args: argparse.Namespace, data_dir: Path, profile: str | None = None, *,
+               port: int = 0, stderr=subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
     """``python -m bridge edge`` with this command's configuration; with
     ``profile``, under ``python -m cProfile -o PROFILE`` (written when the
-    edge stops)."""
+    edge stops). ``port`` 0 picks a free one (a restart passes the old one);
+    ``stderr`` is where its log goes (a file, to read it afterwards)."""
     cmd = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []),
-           "-m", "bridge", "edge", "--port", "0", "--set", "metrics.port=0"]  # no clash with a run of yours
+           "-m", "bridge", "edge", "--port", str(port),
+           "--set", "metrics.port=0"]  # no clash with a run of yours
     if getattr(args, "config", None):
         cmd += ["--config", args.config]
     for item in getattr(args, "overrides", None) or []:
@@ -349,8 +353,7 @@ def start_edge(args: argparse.Namespace, data_dir: Path,
     cmd += ["--set", f"data_dir={data_dir}", "--set", "log_level=WARNING",
             "--set", "edge.host=127.0.0.1"]
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=stderr, text=True)
     line = proc.stdout.readline()
     m = re.search(r"mqtt://[^ ]*:(\d+)", line)
     if m is None:

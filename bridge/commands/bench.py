@@ -39,6 +39,10 @@ BENCHES: dict[str, tuple[str, str]] = {
                                 "the first batch after an idle period"),
     "sql": ("bridge.bench.sql", "one SQL query from a new client process: through lakegate run's Spark Connect "
                                 "endpoint vs a local Spark session, wall time median and ratio"),
+    "hostile": ("bridge.bench.hostile", "the good client's PUBACK latency p50/p99 through issue 38's hostile "
+                                        "scenarios (slow readers, retained flood, subscription and "
+                                        "connection floods, churn, SIGKILL, fuzz), edge vs Mosquitto, "
+                                        "ratio; RSS, liveness and findings per scenario"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }
