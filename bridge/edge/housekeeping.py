@@ -129,7 +129,7 @@ class SessionHousekeeping:
     def _gc_round(self) -> None:
         """The cyclic collector's full pass, every :data:`GC_FULL_EVERY`
         rounds: the edge turns automatic full passes off
-        (``server.GC_THRESHOLD2``), which stopped its event loop for
+        (``gc_tuning.GC_THRESHOLD2``), which stopped its event loop for
         250-320 ms under a retained flood, at any time; one here, every 10
         minutes, collects the cycles that reached the oldest generation."""
         self._gc_rounds = getattr(self, "_gc_rounds", 0) + 1

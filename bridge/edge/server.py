@@ -66,7 +66,6 @@ parts below):
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import ssl
 import time
@@ -82,6 +81,7 @@ from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
 from bridge.edge.connection import Connection, remote_address
 from bridge.edge.fanout import FanOut
+from bridge.edge.gc_tuning import tune_gc, untune_gc
 from bridge.edge.housekeeping import SessionHousekeeping
 from bridge.edge.incomplete import IncompleteFrames
 from bridge.edge.persist import recover
@@ -108,48 +108,6 @@ def _plain(a: Capture) -> bool:
     return a.reply is None and a.qos2 is None and a.release is None and a.deliver is None
 
 
-#: the cyclic garbage collector's first threshold while an edge runs
-#: (CPython's default is 700): a busy edge allocates a few objects per
-#: delivery that die young, and collecting every 700 allocations took about
-#: 7 % of its event loop in the QoS 1 fan-out bench; nothing the edge keeps
-#: relies on the collector (no reference cycles on the delivery path)
-GC_THRESHOLD0 = 10_000
-#: young collections between two of the middle generation (CPython: 10): a
-#: middle pass walks what survived that many young ones, 100,000 objects at
-#: 10 (40-48 ms measured under a retained flood), 20,000 at 2
-GC_THRESHOLD1 = 2
-#: no automatic full pass: what the edge keeps for long (a retained overlay
-#: of 200,000 topics, queued sessions) made each one walk a million objects,
-#: 250-320 ms with the event loop stopped; the housekeeping makes one every
-#: ``housekeeping.GC_FULL_EVERY`` rounds instead (10 minutes), at a known time
-GC_THRESHOLD2 = 1 << 30
-
-
-def _tune_gc() -> None:
-    """Move what start-up built (recovered sessions, imports) out of the
-    collector's sight (``gc.freeze``), collect young objects less often
-    (:data:`GC_THRESHOLD0`) and leave full passes to the housekeeping
-    (:data:`GC_THRESHOLD2`). Process-wide; done once per edge start."""
-    global _gc_saved, _gc_edges
-    gc.freeze()
-    if not _gc_edges:
-        _gc_saved = gc.get_threshold()
-    _gc_edges += 1
-    gc.set_threshold(max(_gc_saved[0], GC_THRESHOLD0), GC_THRESHOLD1, GC_THRESHOLD2)
-
-
-def _untune_gc() -> None:
-    """The last edge of the process stopped: the collector's thresholds as
-    they were (a process that goes on, a test run, gets its full passes back)."""
-    global _gc_edges
-    if _gc_edges:
-        _gc_edges -= 1
-        if not _gc_edges and _gc_saved is not None:
-            gc.set_threshold(*_gc_saved)
-
-
-_gc_saved: tuple[int, int, int] | None = None
-_gc_edges = 0  # edges of this process that tuned the collector and run
 
 
 def _base36(n: int) -> str:
@@ -287,7 +245,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                      w.conn_id, w.client_id, len(w.frame),
                      "now" if w.delay_s <= 0 else f"in {w.delay_s} s unless the client connects")
             self._will(w)
-        _tune_gc()
+        tune_gc()
         self._gc_tuned = True
         if edge.ack_after == "forward":
             self.forward = ForwardWaiter(cfg.data_path, self.log.stream, self.log.partitions)
@@ -678,7 +636,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             await asyncio.to_thread(self.log.close)
         if self._gc_tuned:
             self._gc_tuned = False
-            _untune_gc()
+            untune_gc()
         log.info("edge stopped: %d connections served, %d refused",
                  self.stats["connections"], self.stats["refused"])
 

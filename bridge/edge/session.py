@@ -118,6 +118,8 @@ def _large_frame(view: memoryview, pos: int, end: int, limit: int | None) -> int
     except MqttError:
         return 0
     return total if total is not None and SLICE_BYTES < total <= end - pos else 0
+
+
 #: a run of 4-byte PUBACKs with non-zero Packet Identifiers
 _PUBACK_RUN = re.compile(rb"(?:\x40\x02(?:[^\x00][\x00-\xff]|\x00[^\x00]))+")
 

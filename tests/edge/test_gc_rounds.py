@@ -10,7 +10,7 @@ import logging
 import weakref
 
 import bridge.edge.housekeeping as hk
-from bridge.edge import server
+from bridge.edge import gc_tuning
 
 
 class _Rounds(hk.SessionHousekeeping):
@@ -21,9 +21,9 @@ def test_lg_edge_no_automatic_full_pass_and_the_housekeeping_makes_one(caplog):
     before = gc.get_threshold()
     gc.unfreeze()
     try:
-        server._tune_gc()
-        assert gc.get_threshold() == (max(before[0], server.GC_THRESHOLD0), server.GC_THRESHOLD1,
-                                      server.GC_THRESHOLD2)
+        gc_tuning.tune_gc()
+        assert gc.get_threshold() == (max(before[0], gc_tuning.GC_THRESHOLD0), gc_tuning.GC_THRESHOLD1,
+                                      gc_tuning.GC_THRESHOLD2)
 
         class Cycle:
             pass
@@ -47,6 +47,6 @@ def test_lg_edge_no_automatic_full_pass_and_the_housekeeping_makes_one(caplog):
         line = next(r.getMessage() for r in caplog.records if "full garbage" in r.getMessage())
         assert int(line.split(": ")[2].split()[0]) >= 2  # the two Cycle objects at least
     finally:
-        server._untune_gc()
+        gc_tuning.untune_gc()
         gc.unfreeze()
     assert gc.get_threshold() == before  # the last edge's stop gives them back
