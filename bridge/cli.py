@@ -24,7 +24,7 @@ import os
 import re
 import ssl
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bridge.capture.errors import CaptureError
 from bridge.config import PATH_KEYS, Config, ConfigError, load_config
@@ -164,8 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lakegate: {exc}", file=sys.stderr)
         return 2
     setup_logging(config)
+    return guarded(lambda: args._module.run(args, config), config, args.command)
+
+
+def guarded(run: Callable[[], int | None], config: Config, what: str) -> int:
+    """``run()``'s exit code; a failure the user can mend is one line on
+    stderr instead of a traceback: exit 2 for usage and configuration, 1 for
+    the ``ONE_LINE_FAILURES`` (a busy port, a locked capture log, a file that
+    cannot be read). Also the edge child process's (:mod:`bridge.job.edge_child`)."""
+    from bridge.job.edge_process import EdgeStartFailed
+
     try:
-        return int(args._module.run(args, config) or 0)
+        return int(run() or 0)
     except (UsageError, JavaMissing) as exc:
         msg = str(exc)
         print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
@@ -173,8 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"lakegate: {exc}", file=sys.stderr)
         return 2
+    except EdgeStartFailed as exc:  # the edge's process said why, in its line
+        return exc.exit_code
     except ONE_LINE_FAILURES as exc:
-        log.debug("%s failed", args.command, exc_info=True)
+        log.debug("%s failed", what, exc_info=True)
         msg = failure_line(exc, config)
         print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
         return 1

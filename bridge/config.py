@@ -52,6 +52,8 @@ __all__ = [
     "MetricsConfig",
     "TablesConfig",
     "conf_dir",
+    "config_from_wire",
+    "config_to_wire",
     "load_config",
     "mask_secret",
     "render_toml",
@@ -415,6 +417,32 @@ def _check_together(cfg: Config) -> None:
         raise ConfigError("sql.connect_host", cfg.sources.get("sql.connect_host", "default"),
                           f"{sql.connect_host!r} is not a loopback address: set sql.connect_token too (any client "
                           "that reaches the port could read every table), or bind 127.0.0.1")
+
+
+def config_to_wire(cfg: Config) -> str:
+    """The whole configuration as JSON, secrets and all, with where each value
+    came from (``sources``) and what relative paths are relative to
+    (``bases``): for a child process of this one (``lakegate run``'s edge,
+    :mod:`bridge.job.edge_process`), which must see exactly the parent's
+    configuration -- the same values, and the same "set by the user or
+    default" that checks like :mod:`bridge.edge.exposure` depend on. Sent
+    over a pipe, never on a command line or in the environment."""
+    return json.dumps({"values": cfg.as_dict(), "sources": cfg.sources, "bases": cfg.bases})
+
+
+def config_from_wire(text: str) -> Config:
+    """The configuration :func:`config_to_wire` sent (values as they were: no
+    checks again, no environment, no file)."""
+    wire = json.loads(text)
+    cfg = Config()
+    for key in known_keys():
+        section, _, name = key.rpartition(".")
+        tree = wire["values"][section] if section else wire["values"]
+        if name in tree:
+            setattr(getattr(cfg, section) if section else cfg, name, tree[name])
+    cfg.sources.update(wire["sources"])
+    cfg.bases.update(wire["bases"])
+    return cfg
 
 
 def mask_secret(key: str, value: Any) -> Any:

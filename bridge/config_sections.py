@@ -99,6 +99,12 @@ class EdgeConfig:
     #: Payloads and properties of retained messages read from the table's
     #: files and kept in memory, at most this many bytes (loading fills it).
     retained_cache_bytes: int = 33554432
+    #: Under ``lakegate run``: the edge runs as a supervised child process of
+    #: its own (true), with its own interpreter lock, so that the Spark
+    #: driver, the live forwarder and the table readers never delay its
+    #: acknowledgements; false: a thread of the run's process. ``lakegate
+    #: edge`` is always a process of its own.
+    own_process: bool = True
 
 
 @dataclass

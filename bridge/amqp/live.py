@@ -169,6 +169,24 @@ class LiveForwarder:
         log.on_durable.append(self._wake.set)
         self._attached = True
 
+    def attach_fd(self, fd: int) -> None:
+        """Be woken by bytes on ``fd``, the read end of a pipe the edge's
+        process writes to when records become durable (``lakegate run`` with
+        the edge in a process of its own: :mod:`bridge.job.edge_process`)."""
+        import os
+
+        def pump() -> None:
+            while True:
+                try:
+                    if not os.read(fd, 4096):
+                        return  # every writer closed it
+                except OSError:
+                    return  # closed here: the run is ending
+                self._wake.set()
+
+        threading.Thread(target=pump, name="lakegate-live-wake", daemon=True).start()
+        self._attached = True
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="lakegate-live-forwarder", daemon=True)
         self._thread.start()

@@ -1,7 +1,12 @@
 """``lakegate run``: the edge and the streaming job in one process.
 
-* The edge (``bridge.edge.server.EdgeServer``) runs on its own asyncio loop in
-  a thread; it captures and acknowledges whatever happens to the job.
+* The edge (``bridge.edge.server.EdgeServer``) runs in a supervised child
+  process of its own (``edge.own_process``, the default:
+  ``bridge.job.edge_process``), with its own interpreter lock, or on its
+  own asyncio loop in a thread of this process; either way it captures and
+  acknowledges whatever happens to the job. A child killed by a signal
+  (the out-of-memory killer) is started again on the same ports, with
+  backoff; one whose capture log failed stops the run (exit 1).
 * Java is checked first (local Spark needs Java 17+): without it the
   command says what to install in one line and starts nothing.
 * AMQP forwarding (``amqp.url`` set) is live by default: a thread next to
@@ -20,13 +25,15 @@
   (the kernel's out-of-memory killer picks the biggest process, and that is
   the JVM), the supervisor logs one line naming how it ended, forgets the
   session (``bridge.spark.jvm``), waits with the same backoff and builds a
-  new session, whose query resumes from the checkpoint. The edge, in this
-  process, keeps accepting, capturing and acknowledging meanwhile.
+  new session, whose query resumes from the checkpoint. The edge keeps
+  accepting, capturing and acknowledging meanwhile.
 * SIGINT/SIGTERM: the edge stops accepting, closes connections (MQTT 5:
   DISCONNECT 0x8B) and fsyncs; the query finishes the batch it is running
   (no new batch starts), then stops; the Spark session ends.
 * ``data_dir/run.pid`` exists while the edge runs; it is removed on every
-  way out but SIGKILL (``running_run`` checks that its pid is alive).
+  way out but SIGKILL (``running_run`` checks that its pid is alive). It
+  names the run's pid, the edge's addresses and, in a process of its own,
+  the edge's pid (``edge_pid``).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import re
 import signal
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from bridge.amqp.live import LiveForwarder
+    from bridge.job.edge_process import EdgeProcess
 
 __all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "amqp_reachable", "root_cause", "running_run"]
 
@@ -71,8 +80,15 @@ def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> threading.Thread:
     """Import ``modules`` on a daemon thread (returned, started). Part of
     ``lakegate run``'s start-up: some 0.5 s of imports overlap the JVM's
     4-5 s start instead of following it. A module that fails to import is
-    left alone: the import where it is used reports it."""
+    left alone: the import where it is used reports it. PySpark's own
+    modules are imported first, on the calling thread (the session needs
+    them at once anyway): two threads importing the same package's modules
+    in different orders can deadlock on Python's module locks
+    (``_DeadlockError``, seen when the warm thread was inside
+    ``pyspark.sql.pandas`` while the session imported ``pyspark.sql``)."""
     import importlib
+
+    import pyspark.sql  # noqa: F401 - see above
 
     def run() -> None:
         for name in modules:
@@ -169,6 +185,37 @@ class EdgeThread:
     def alive(self) -> bool:
         return self.thread.is_alive()
 
+    @property
+    def failed(self) -> str | None:
+        """Why it stopped by itself (its capture log failed, or it raised), else None."""
+        if self.server.failed is not None:
+            return f"capture log failed: {self.server.failed}"
+        return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
+
+    #: a thread that ended is not started again (its process is this one)
+    restartable = False
+    pid = None
+    exit_status = None
+
+    def wake_on_durable(self, live: "LiveForwarder") -> None:
+        live.attach(self.server.log)  # woken by the edge's commits
+
+    def close(self) -> None:
+        pass
+
+
+#: an edge process that ran this long before it died starts again at once (the backoff starts over)
+EDGE_STABLE_S = 60.0
+
+
+def new_edge(config: Config) -> "EdgeThread | EdgeProcess":
+    """The run's edge: in a process of its own (``edge.own_process``) or a thread."""
+    if config.edge.own_process:
+        from bridge.job.edge_process import EdgeProcess
+
+        return EdgeProcess(config)
+    return EdgeThread(config)
+
 
 class Runner:
     """Edge + supervised job (see module doc)."""
@@ -206,7 +253,8 @@ class Runner:
         from bridge.metrics.wiring import metrics_server
 
         self._handle_signals()
-        edge = EdgeThread(cfg)
+        edge = self.edge = new_edge(cfg)
+        self._edge_restarts = 0
         pid_file = cfg.data_path / RUN_PID_FILE
         wrote_pid = False
         self._query = None
@@ -219,11 +267,11 @@ class Runner:
                 from bridge.amqp.live import LiveForwarder
 
                 self.live = LiveForwarder(cfg)
-                self.live.attach(edge.server.log)  # woken by the edge's commits
+                edge.wake_on_durable(self.live)
                 self.live.start()
             if metrics is not None:
                 metrics.start()
-            pid_file.write_text(json.dumps({"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}))
+            self._write_pid(addresses)
             wrote_pid = True
             shown = ", ".join(f"{'mqtts' if tls else 'mqtt'}://{h}:{p}" for h, p, tls in addresses)
             print(f"lakegate run: edge on {shown}; data in {cfg.data_path}", flush=True)
@@ -249,6 +297,7 @@ class Runner:
             edge.stop(cfg.edge.shutdown_grace_s + 10)
             if self.live is not None:
                 self.live.stop()  # after the edge: what it made durable is forwarded first (bounded)
+            edge.close()
             if own_session and self.spark is not None:
                 from bridge.spark.jvm import discard_session, jvm_exit
 
@@ -258,6 +307,45 @@ class Runner:
                     discard_session(self.spark)
             if wrote_pid:  # not another run's file (a second run on this data_dir fails at edge.start)
                 pid_file.unlink(missing_ok=True)
+
+    def _write_pid(self, addresses: list[tuple[str, int, bool]]) -> None:
+        info: dict = {"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}
+        if self.edge.pid is not None:
+            info["edge_pid"] = self.edge.pid
+        path = self.config.data_path / RUN_PID_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, path)  # a reader never sees half a file
+
+    def _edge_down(self, edge: "EdgeThread | EdgeProcess") -> bool:
+        """The edge is not running and nobody asked: start it again when a
+        signal killed its process (True: it runs again), else log why the run
+        stops (False)."""
+        from bridge.spark.jvm import describe_exit
+
+        if getattr(edge, "stopped_from_outside", False):
+            log.info("edge: its process (pid %s) stopped on a signal sent to both; the run stops too", edge.pid)
+            return False
+        if not edge.restartable:
+            how = edge.exit_status
+            log.error("the edge stopped: %s", edge.failed or edge.error or (
+                f"its process (pid {edge.pid}) {describe_exit(how)}" if how is not None else "unknown reason"))
+            return False
+
+        if time.monotonic() - edge.started_at >= EDGE_STABLE_S:
+            self._edge_restarts = 0
+        delay = 0.0 if self._edge_restarts == 0 else BACKOFF_S[min(self._edge_restarts - 1, len(BACKOFF_S) - 1)]
+        self._edge_restarts += 1
+        log.error("edge: its process (pid %s) %s; starting it again on the same ports%s; what it acknowledged is "
+                  "in the capture log, its sessions come back from its journal", edge.pid,
+                  describe_exit(edge.exit_status), f" in {delay:.0f}s" if delay else "")
+        if self._stop.wait(delay):
+            return True
+        try:
+            self._write_pid(edge.restart())
+        except Exception as exc:  # noqa: BLE001 - the next look tries again, with backoff
+            log.error("edge: could not start it again: %s", exc)
+        return True
 
     def _query_active(self) -> bool:
         """For /healthz (the metrics thread): is the streaming query running?"""
@@ -326,7 +414,7 @@ class Runner:
                 self._jvm_exited_while_stopping()
                 outcome = "stopped"
             if outcome == "stopped":
-                return 1 if (edge.server.failed or edge.error) else 0
+                return 1 if edge.failed else 0
             delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             if outcome == "jvm":
                 self._restart_session(delay)
@@ -355,8 +443,7 @@ class Runner:
         self._install_catalog()
         failure: str | None = None
         while not self._stop.is_set() and query.isActive:
-            if not edge.alive:
-                log.error("the edge stopped: %s", edge.server.failed or edge.error or "unknown reason")
+            if not edge.alive and not self._stop.is_set() and not self._edge_down(edge):
                 self._stop.set()
                 break
             if self._jvm_died() is not None:

@@ -10,6 +10,7 @@ from bridge.metrics.collect import LakegateCollector, Metrics
 from bridge.metrics.http import Cached, HealthChecks, MetricsServer
 
 if TYPE_CHECKING:
+    from bridge.job.edge_process import EdgeProcess
     from bridge.job.runner import EdgeThread
 
 __all__ = ["EdgeRef", "metrics_server"]
@@ -27,21 +28,33 @@ class EdgeRef:
         return not self.server.stopping
 
 
-def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
+def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | EdgeProcess | None",
                    query_running: Callable[[], bool] | None,
-                   live: Callable[[], Any] | None = None) -> MetricsServer | None:
+                   live: Callable[[], Any] | None = None,
+                   bind: tuple[str, int] | None = None) -> MetricsServer | None:
     """Bind ``metrics.host:metrics.port`` (ConfigError, one line, when taken); None when the port is 0.
     ``edge``: None for ``lakegate process`` (the job alone: its metrics, the capture log's end read
     from its files); ``query_running``: None for ``lakegate edge`` (no job: no job check). Call
     ``start()`` on what it returns once the parts run. ``live``: the process's
-    live forwarder (``bridge.amqp.live``), read at scrape time (None: none)."""
-    if not config.metrics.port:
+    live forwarder (``bridge.amqp.live``), read at scrape time (None: none).
+    ``edge`` may be the run's edge in a process of its own
+    (``bridge.job.edge_process``): its endpoint's families and checks are
+    served with this one's (:mod:`bridge.metrics.remote`). ``bind``: this
+    address instead of ``metrics.host:metrics.port`` (the edge's child process)."""
+    if not config.metrics.port and bind is None:
         return None
     from bridge.job import progress
     from bridge.job.runner import amqp_reachable
     from bridge.metrics.buckets import ACK_BUCKETS_S, Buckets
 
     metrics = Metrics(job=query_running is not None)
+    remote = None
+    if edge is not None and not hasattr(edge, "server"):  # the edge's own process
+        from bridge.metrics.remote import RemoteEdge
+
+        remote = RemoteEdge(edge)
+        metrics.registry.register(remote)
+        edge = None
     if edge is not None:
         server_of = lambda: edge.server if edge.alive else None  # noqa: E731
         log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
@@ -61,6 +74,9 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
     progress.BATCH_OBSERVERS[:] = [metrics.observe_batch]  # one run per process: the newest wins
 
     health = HealthChecks()
+    if remote is not None:
+        health.add("edge", lambda: remote.check("edge"))
+        health.add("capture_log", lambda: remote.check("capture_log"))
     if edge is not None:
         health.add("edge", lambda: (edge.alive and edge.error is None and not edge.server.failed,
                                     "accepting connections" if edge.alive else "the edge's thread has stopped"))
@@ -110,7 +126,7 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | None",
 
         health.add("amqp", Cached(amqp))
     try:
-        server = MetricsServer(metrics, health, config.metrics.host, config.metrics.port)
+        server = MetricsServer(metrics, health, *(bind or (config.metrics.host, config.metrics.port)))
     except OSError as exc:
         raise ConfigError("metrics.port", config.sources.get("metrics.port", "default"),
                           f"{config.metrics.host}:{config.metrics.port} cannot be bound ({exc.strerror}); set "

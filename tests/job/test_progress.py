@@ -260,7 +260,7 @@ class _RecordingStop(threading.Event):
 
 
 def _edge():
-    return SimpleNamespace(alive=True, server=SimpleNamespace(failed=None), error=None, stop=lambda *a: None)
+    return SimpleNamespace(alive=True, failed=None, error=None, stop=lambda *a: None)
 
 
 def test_backoff_starts_over_after_a_restarted_query_completed_a_batch(monkeypatch):
