@@ -281,6 +281,8 @@ def _validate(key: str, value: Any, source: str) -> None:
     if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s",
                "job.forward_on_driver_max_rows", "job.parse_on_driver_max_rows") and value < 0:
         raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
+    if key == "job.run_nice" and not (0 <= value <= 19):
+        raise ConfigError(key, source, f"must be 0-19 (a niceness the run adds to its own work), got {value!r}")
     if key == "edge.max_topic_length" and value > 65535:
         raise ConfigError(key, source, f"must be at most 65535 (MQTT's limit), got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:

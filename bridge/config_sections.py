@@ -242,6 +242,12 @@ class JobConfig:
     #: forwards parses on the driver only a batch it also forwards from
     #: there. 0: always the pandas UDF on the executors.
     parse_on_driver_max_rows: int = 500000
+    #: ``lakegate run`` with the edge in its own process (``edge.own_process``):
+    #: the niceness the run adds to its own work, the Spark driver and JVM and
+    #: the live forwarder, so that when the CPUs are busy the edge's
+    #: acknowledgements come first and the tables and forwarding catch up
+    #: from the durable log (0-19; 0: the same priority as the edge).
+    run_nice: int = 10
 
 
 @dataclass

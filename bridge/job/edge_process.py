@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,10 @@ class EdgeProcess:
         self._wake_r, self._wake_w = os.pipe()
         self._ready = threading.Event()
         self._stopped = threading.Event()
+        #: the thread that starts the process, every time: made at the first start, before the run lowers
+        #: its own priority (``job.run_nice``; a niceness is per thread and inherited), so that a restarted
+        #: edge has the priority the first one had
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="lakegate-edge-spawn")
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 120.0) -> list[tuple[str, int, bool]]:
@@ -92,8 +97,9 @@ class EdgeProcess:
         self._ready.clear()
         self._stopped.clear()
         self.failed = None
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridge.job.edge_child"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, pass_fds=(self._wake_w,))
+        self.proc = self._spawner.submit(
+            subprocess.Popen, [sys.executable, "-m", "bridge.job.edge_child"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, pass_fds=(self._wake_w,)).result()
         self.proc.stdin.write(json.dumps(spec).encode() + b"\n")
         self.proc.stdin.flush()  # and kept open: its end of file tells the child the run is gone
         threading.Thread(target=self._read, args=(self.proc,), name="lakegate-edge-child", daemon=True).start()
@@ -183,6 +189,7 @@ class EdgeProcess:
         live.attach_fd(self._wake_r)
 
     def close(self) -> None:
+        self._spawner.shutdown(wait=False)
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

@@ -30,6 +30,10 @@
 * SIGINT/SIGTERM: the edge stops accepting, closes connections (MQTT 5:
   DISCONNECT 0x8B) and fsyncs; the query finishes the batch it is running
   (no new batch starts), then stops; the Spark session ends.
+* With the edge in its own process, the run's own threads and the Spark
+  JVM take ``job.run_nice`` (10): under CPU pressure the edge's
+  acknowledgements come first; the tables and forwarding catch up from the
+  durable capture log.
 * ``data_dir/run.pid`` exists while the edge runs; it is removed on every
   way out but SIGKILL (``running_run`` checks that its pid is alive). It
   names the run's pid, the edge's addresses and, in a process of its own,
@@ -263,6 +267,7 @@ class Runner:
                                  live=(lambda: self.live) if live else None)
         try:
             addresses = edge.start()
+            self._yield_cpu_to_edge()
             if live:
                 from bridge.amqp.live import LiveForwarder
 
@@ -307,6 +312,24 @@ class Runner:
                     discard_session(self.spark)
             if wrote_pid:  # not another run's file (a second run on this data_dir fails at edge.start)
                 pid_file.unlink(missing_ok=True)
+
+    def _yield_cpu_to_edge(self) -> None:
+        """With the edge in a process of its own: the run's own work takes
+        ``job.run_nice`` (module doc). On Linux a niceness belongs to a
+        thread; the threads and processes this one starts from now on (the
+        live forwarder, the Spark JVM, the metrics endpoint) inherit it; the
+        edge's process, started before, keeps its own."""
+        nice = self.config.job.run_nice
+        if not nice or self.edge.pid is None:
+            return
+        try:
+            os.nice(nice)
+        except OSError as exc:
+            log.warning("job.run_nice: cannot lower this process's priority (%s); the edge shares the CPU "
+                        "equally with the job", exc)
+            return
+        log.info("run: the job and the forwarder run at niceness +%d: when the CPUs are busy the edge's "
+                 "process (pid %d) comes first", nice, self.edge.pid)
 
     def _write_pid(self, addresses: list[tuple[str, int, bool]]) -> None:
         info: dict = {"pid": os.getpid(), "edge": [[h, p, t] for h, p, t in addresses]}
