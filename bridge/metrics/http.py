@@ -4,7 +4,7 @@
 JSON body naming each check, so that a load balancer or a systemd watchdog
 can act on the status alone and a person can read why:
 
-* ``edge``: the edge's thread is alive and listening;
+* ``edge``: the edge (its thread, or under ``lakegate run`` its process) is alive and listening;
 * ``capture_log``: the capture log accepts appends (not failed on a write
   or fsync error);
 * ``job``: the streaming query is running and, when records wait in the log

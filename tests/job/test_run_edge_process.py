@@ -43,6 +43,11 @@ def _ppid(pid: int) -> int:
         return int(next(x for x in fh if x.startswith("PPid:")).split()[1])
 
 
+def _nice(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[16])
+
+
 def _publish(port: int, cid: str, topic: str, n: int) -> None:
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=mqtt.MQTTv311)
     c.connect("127.0.0.1", port)
@@ -111,6 +116,9 @@ def test_lg_run_edge_process_is_supervised_restarted_after_sigkill_and_ends_with
         edge_pid = info["edge_pid"]
         assert info["pid"] == run.proc.pid != edge_pid and _ppid(edge_pid) == run.proc.pid
         assert info["edge"] == [["127.0.0.1", run.port, False]]
+        # job.run_nice: the run's own work yields the CPU to the edge
+        wait_for(lambda: any("at niceness +10" in x for x in run.err), timeout=30, what="the niceness line")
+        assert _nice(run.proc.pid) == 10 and _nice(edge_pid) == 0
 
         # the run's endpoint serves the edge's families and checks
         c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watcher", protocol=mqtt.MQTTv5)
@@ -141,6 +149,7 @@ def test_lg_run_edge_process_is_supervised_restarted_after_sigkill_and_ends_with
         new_pid = wait_for(lambda: (p := _pid_file(tmp_path).get("edge_pid")) != edge_pid and p, timeout=60,
                            what="run.pid to name the new edge process")
         assert _ppid(new_pid) == run.proc.pid and _pid_file(tmp_path)["edge"] == info["edge"]
+        assert _nice(new_pid) == 0  # started again by the spawner thread, which kept priority 0
         wait_for(lambda: any(f"edge: process {new_pid} " in x for x in run.err), timeout=60,
                  what="the new edge's line")
         _publish(run.port, "dev-2", "plant/b", 10)  # the same port
