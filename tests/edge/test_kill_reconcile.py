@@ -132,6 +132,8 @@ class Subscriber(threading.Thread):
         self.port, self.got, self.open, self.first, self.dead = port, got, open_, first, dead
         self.owed = dict(open_)
         self.resent: set[int] = set()
+        #: connected, and (first run) its SUBACK read: the publisher may start
+        self.ready = threading.Event()
 
     def run(self) -> None:
         try:
@@ -139,11 +141,15 @@ class Subscriber(threading.Thread):
             assert c.connect(V5, client_id="sub", **PERSIST)[0] == 0x20
             if self.first:
                 c.send(encode(Subscribe(1, [Subscription("k/#", 2)]), V5))
+            else:  # the persistent session has its subscription
+                self.ready.set()
             while not self.dead.is_set():
                 pkt = c.packet()
                 if not pkt:
                     continue
-                if pkt[0] >> 4 == 3:
+                if pkt[0] >> 4 == 9:  # SUBACK
+                    self.ready.set()
+                elif pkt[0] >> 4 == 3:
                     p, _ = decode_packet(pkt, V5, from_client=False)
                     self.got.append((p.payload, p.packet_id, p.dup))
                     if self.owed.get(p.packet_id) == p.payload and p.dup:
@@ -176,7 +182,7 @@ def test_mqtt_4_4_0_1_every_message_reconciled_across_three_sigkills(tmp_path):
             try:
                 sub = Subscriber(port, got, open_, run == 0, dead)
                 sub.start()
-                time.sleep(0.2)  # subscribed before the first PUBLISH
+                assert sub.ready.wait(10), "the subscriber's CONNACK (and first SUBACK) within 10 s"
                 pub = Publisher(port, state, 1 + run * PER_RUN, PER_RUN if run < KILLS else 0,
                                 dead)
                 pub.start()
