@@ -40,10 +40,14 @@ class Capture:
     ``deliver``: on an accepted PUBLISH, its topic (an inbound Topic Alias
     resolved): the server hands the message to matching subscribers once
     the record is durable. A re-sent QoS 2 PUBLISH (``dup``) has none: it
-    was delivered the first time.
+    was delivered the first time. ``matched``: the subscription tree's
+    :class:`~bridge.edge.topics.Matches` for ``deliver``, when the session
+    took it already (to weigh its work, ``Session._process``); the server
+    routes with it while the tree's version is still the one it was taken at.
     """
 
-    __slots__ = ("frame", "headers", "reply", "quota", "forward", "qos2", "release", "deliver")
+    __slots__ = ("frame", "headers", "reply", "quota", "forward", "qos2", "release", "deliver",
+                 "matched")
 
     def __init__(self, frame: bytes, headers: list[tuple[str, bytes]], reply: bytes | None = None,
                  quota: int = 0, forward: bool | Qos2Entry | None = None,
@@ -57,6 +61,7 @@ class Capture:
         self.qos2 = qos2
         self.release = release
         self.deliver = deliver
+        self.matched = None
 
     def final_headers(self) -> list[tuple[str, bytes]]:
         """The headers to append with (a PUBREL's rel_topic/rel_seq are read

@@ -115,7 +115,7 @@ class Connection(asyncio.Protocol):
         actions = session.receive_data(data, srv.loop.time())
         if actions:
             srv.perform(self, actions)
-        if session._work is not None:
+        if session.work_pending:  # a large SUBSCRIBE, or frames left for the next turn
             self.work_if_pending()
         srv.account(self)
         if srv.log_busy():
@@ -135,8 +135,9 @@ class Connection(asyncio.Protocol):
         self.server.pump(self)  # deliveries held while the peer did not read
 
     def work_if_pending(self) -> None:
-        """The session handles a large SUBSCRIBE / UNSUBSCRIBE in slices
-        (``Session.work``): one slice per turn of the event loop, the
+        """The session handles a large SUBSCRIBE / UNSUBSCRIBE in slices,
+        and received frames a turn's work at a time (``Session.work``,
+        ``session.TURN_BUDGET``): one call per turn of the event loop, the
         connection's reading paused until the last."""
         if self.session.work_pending and not self.working and self.transport is not None:
             self.working = True

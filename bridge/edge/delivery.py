@@ -68,6 +68,10 @@ _PUBREL = struct.Struct(">BBH")
 #: retained messages a pump hands out at most (then it asks to be called
 #: again, ``Outbox.more``); also what one take gets at QoS 0 (no window)
 _REPLAY_BUDGET = 256
+#: frames a pump hands out at most (QoS 0 has no window to bound it): then
+#: ``Outbox.more``, and the server pumps again in the next turn of its event
+#: loop [LG-edge-turn-budget]
+_PUMP_FRAMES = 256
 _U16 = struct.Struct(">H")
 
 
@@ -175,6 +179,30 @@ class Outbox:
                 pid = self._free_pid()
                 msg.sink.copies += 1
         q = self.queue
+        if len(q) >= self.max_messages and not self.replays:
+            d = q[0]
+            if type(d) is Delivery and not d.dup and d.msg.sink is None:
+                # At the bound, the oldest queued delivery is dropped (as
+                # _bound would) and its object carries the new one: a session
+                # that does not read costs no object made and freed per
+                # message. (Made and freed, each new one would stay in the
+                # cyclic collector's young generation, whose count does not
+                # grow when an old one is freed for it: 200 such sessions
+                # filled it with 200,000 live deliveries, a collection of
+                # tens of ms of the event loop each.)
+                q.popleft()
+                self.queued_bytes += msg.size - d.msg.size
+                d.msg = msg
+                d.qos = qos
+                d.retain = retain
+                d.sub_ids = sub_ids
+                d.pid = pid
+                d.state = QUEUED
+                q.append(d)
+                self.dropped += 1
+                if self.queued_bytes > self.max_bytes:
+                    return 1 + self._bound()
+                return 1
         q.append(Delivery(msg, qos, retain, sub_ids, pid))
         self.queued_bytes += msg.size
         if len(q) > self.max_messages or self.queued_bytes > self.max_bytes:
@@ -211,20 +239,24 @@ class Outbox:
         # queue may exceed the bound by at most the in-flight window.
         if self.replays:
             # a retained replay and what it handed out are never dropped (the
-            # replay would be cut short): the oldest live deliveries go
+            # replay would be cut short): the oldest live deliveries go. What
+            # is kept comes off the front and goes back (the replay and what
+            # it handed out wait there, a few): a push stays O(1), not a copy
+            # of the whole queue per push
             over = len(q) - self.max_messages
-            kept = collections.deque()
-            for d in q:
-                if (over > 0 or self.queued_bytes > self.max_bytes) and type(d) is Delivery \
-                        and not isinstance(d.msg, Barrier) and not d.dup:
+            head = []
+            while q and (over > 0 or self.queued_bytes > self.max_bytes):
+                d = q.popleft()
+                if type(d) is Delivery and not isinstance(d.msg, Barrier) and not d.dup:
                     self.queued_bytes -= d.msg.size
                     if d.msg.sink is not None:
                         self._end(d, False)
                     n += 1
                     over -= 1
                 else:
-                    kept.append(d)
-            self.queue = kept
+                    head.append(d)
+            if head:
+                q.extendleft(reversed(head))
         else:
             resend = []  # the re-sends waiting at the front (Outbox.resend put them back)
             while q and (len(q) + len(resend) > self.max_messages
@@ -295,6 +327,9 @@ class Outbox:
                 continue
             qos = d.qos
             if qos and (room <= 0 or d.pid in inflight):
+                break
+            if len(out) >= _PUMP_FRAMES:
+                self.more = True
                 break
             q.popleft()
             freed += msg.size

@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from bridge.edge.message import Message, publish_parts
+from bridge.edge.session import TURN_BUDGET
 
 if TYPE_CHECKING:
     from bridge.edge.connection import Connection
@@ -42,13 +43,17 @@ log = logging.getLogger("bridge.edge")
 class FanOut:
     """Live delivery for the :class:`~bridge.edge.server.EdgeServer`."""
 
-    def _route(self, frame: bytes, level: int, topic: str | None, origin: str, ack) -> None:
-        """``frame`` (an accepted PUBLISH) was appended with ``ack``."""
+    def _route(self, frame: bytes, level: int, topic: str | None, origin: str, ack,
+               m=None) -> None:
+        """``frame`` (an accepted PUBLISH) was appended with ``ack``; ``m``:
+        the tree's match for ``topic`` if the session took it (used while
+        the tree has not changed since)."""
         router = self.router
         if topic is None:
             _first, t0, t1, _p0, _pay = publish_parts(frame, level)
             topic = frame[t0:t1].decode()
-        m = router.tree.match(topic)
+        if m is None or m.version != router.tree.version:
+            m = router.tree.match(topic)
         retain = frame[0] & 1 and self.retained is not None
         if not m and not retain:
             return  # nobody subscribed: no message is built
@@ -88,10 +93,24 @@ class FanOut:
         return client_id in self.clients
 
     def _pump_all(self, targets) -> None:
-        for client in targets:
-            conn = self.clients.get(client.client_id)
+        """Pump the sessions ``targets`` got messages for, a turn's work
+        (``session.TURN_BUDGET`` frames, a unit per session) at a time: the
+        rest in the next turn of the event loop [LG-edge-turn-budget]. (A
+        group commit can release messages for hundreds of sessions, each
+        of which may take a share of its queue, ``delivery._PUMP_FRAMES``.)"""
+        clients = self.clients
+        spent = 0
+        targets = list(targets)
+        for i, client in enumerate(targets):
+            if spent >= TURN_BUDGET:
+                self.loop.call_soon(self._pump_all, targets[i:])
+                return
+            conn = clients.get(client.client_id)
             if conn is not None:
+                box = client.outbox
+                sent = box.sent if box is not None else 0
                 self.pump(conn)
+                spent += 1 + (box.sent - sent if box is not None else 0)
 
     def pump(self, conn: Connection) -> None:
         """Send what ``conn``'s session may send now (nothing while its

@@ -407,7 +407,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                     a.captured(ack.partition, ack.offset, ack.seq)
                 if a.deliver is not None and (self.router.tree or a.frame[0] & 1):
                     self._route(a.frame, conn.session.level, a.deliver, conn.session.client_id,
-                                ack)
+                                ack, a.matched)
                 if a.reply is not None:
                     fwd = None
                     f = a.forward

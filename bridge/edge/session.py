@@ -123,6 +123,22 @@ def _large_frame(view: memoryview, pos: int, end: int, limit: int | None) -> int
 #: a run of 4-byte PUBACKs with non-zero Packet Identifiers
 _PUBACK_RUN = re.compile(rb"(?:\x40\x02(?:[^\x00][\x00-\xff]|\x00[^\x00]))+")
 
+#: The work one call of :meth:`Session.receive_data` or :meth:`Session.work`
+#: (one turn of the server's event loop) does at most, in units of about one
+#: delivery: the frames it handles cost a unit each, an accepted PUBLISH
+#: :data:`PUBLISH_COST` plus one per subscription it matches (its fan-out:
+#: 200 subscribers to ``#`` make a PUBLISH cost 208), a SUBSCRIBE /
+#: UNSUBSCRIBE a unit per 16 bytes, a large one (handled in slices) the rest
+#: of the turn. Once it is spent the frames left wait, read but not handled,
+#: for the next call of :meth:`Session.work` (``work_pending``; the server
+#: stops reading the connection meanwhile), so a publisher whose messages fan
+#: out to many sessions, or a read of 256 KiB of small frames, does not hold
+#: the event loop (and every other client's acknowledgement) for long: about
+#: 2-4 ms a turn. [LG-edge-turn-budget]
+TURN_BUDGET = 1024
+#: the units of an accepted PUBLISH before its fan-out (decoding, capture)
+PUBLISH_COST = 8
+
 
 class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
     """One network connection's MQTT session (see the module docstring)."""
@@ -137,6 +153,10 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         self._rx = None  # the subscriber's Receiver, once connected
         #: a large SUBSCRIBE / UNSUBSCRIBE handled in slices (SubscriberFlows.work)
         self._work = None
+        #: the turn's work was spent with frames left in the buffer (TURN_BUDGET)
+        self._held = False
+        #: a large SUBSCRIBE's filters are being applied (sends wait for its SUBACK)
+        self._applying = False
         self.remote = remote
         self.limits = limits
         self._receive_maximum = limits.receive_maximum
@@ -219,9 +239,10 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         self._last_rx = now
         self.bytes_in += len(data)
         buf = self._buf
-        if buf or self.state == CONNECTING or self._work is not None:
+        if buf or self.state == CONNECTING or self._work is not None or self._held:
             buf += data
-            if len(buf) < self._need or self.state == CONNECTING or self._work is not None:
+            if len(buf) < self._need or self.state == CONNECTING or self._work is not None \
+                    or self._held:
                 return []
             return self._process_buffer()
         actions: list[Action] = []
@@ -249,8 +270,10 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         return actions
 
     def _process(self, view: memoryview, actions: list[Action]) -> int:
-        """Handle the complete frames at the start of ``view``; returns the
-        number of bytes consumed. (The hot path: one iteration per frame.)"""
+        """Handle the complete frames at the start of ``view``, as many as
+        :data:`TURN_BUDGET` allows (then ``_held``: the rest waits for
+        :meth:`work`); returns the number of bytes consumed. (The hot path:
+        one iteration per frame.)"""
         pos = 0
         end = len(view)
         self._need = 0
@@ -259,11 +282,16 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
         on_publish = self._publish
         frames = 0
         by_type = self.packets_in
+        budget = TURN_BUDGET
+        tree = self.router.tree
         try:
             while pos < end:
                 state = self.state
                 if state is not CONNECTED and state is not AWAIT_CONNECT:
                     break
+                if budget <= 0:  # the rest in the next turn [LG-edge-turn-budget]
+                    self._held = True
+                    return pos
                 level = self.level
                 b0 = view[pos]
                 if b0 == 0x40 and state is CONNECTED and end - pos >= 4 and view[pos + 1] == 2:
@@ -278,6 +306,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                         pos += used
                         frames += used >> 2
                         by_type[4] += used >> 2
+                        budget -= 1 + (used >> 5)
                         if pos == run.end():
                             continue
                         # else a PUBACK for a QoS 2 delivery: the single path says so
@@ -287,6 +316,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                         pos += 4
                         frames += 1
                         by_type[4] += 1
+                        budget -= 1
                         try:
                             self._subscriber_ack(PubAck, pid, 0, frame, actions)
                         except MqttError as err:
@@ -316,6 +346,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                         self._begin_filters(frame, decoder, actions)
                         if self._work is not None or self.state is not CONNECTED:
                             return pos if self.state is CONNECTED else end
+                        budget = 0  # decided and applied: that was the turn's work
                         continue
                 try:
                     packet, used = decode(view[pos:], level, max_packet_bytes=limit)
@@ -332,9 +363,19 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
                 by_type[b0 >> 4] += 1
                 try:
                     if type(packet) is Publish:
+                        n = len(actions)
                         on_publish(packet, frame, actions)
+                        budget -= PUBLISH_COST
+                        if len(actions) > n and tree:
+                            a = actions[-1]
+                            if type(a) is Capture and a.deliver is not None:
+                                # its fan-out, weighed now; the server routes with it
+                                m = a.matched = tree.match(a.deliver)
+                                budget -= m.width()
                     else:
                         self._other(packet, frame, actions)
+                        # a SUBSCRIBE / UNSUBSCRIBE by its size
+                        budget -= 1 + (used >> 4) if b0 >> 4 in (8, 10) else 1
                 except MqttError as err:
                     self._reject(memoryview(frame), err, actions)
                     return end

@@ -80,8 +80,11 @@ def _sends_retained(level: int, sub: Sub, old: Sub | None) -> bool:
 #: a SUBSCRIBE / UNSUBSCRIBE frame larger than this is handled in slices
 #: (Session._process; about 1,000 short filters)
 SLICE_BYTES = 16 * 1024
-#: Topic Filters decoded and decided per slice: about 1-2 ms of the event loop
+#: Topic Filters decoded and decided, or applied, per slice: about 1-2 ms of
+#: the event loop...
 SLICE_FILTERS = 512
+#: ...and bytes of them at most (512 filters of 100 levels are 460 kB)
+SLICE_FILTER_BYTES = 64 * 1024
 #: retained replays of one SUBSCRIBE whose matching is done at once (each
 #: bounded: bridge.edge.retained.scan.EAGER_NODES); the others match as they go
 EAGER_REPLAYS = 8
@@ -96,7 +99,7 @@ class FilterWork:
     add, or None to remove), refusals counted by rule id."""
 
     __slots__ = ("frame", "packet_id", "properties", "subscribe", "codes", "plan", "refused",
-                 "acl", "held", "new", "sub_id")
+                 "acl", "held", "new", "sub_id", "todo", "at", "granted", "reserved", "replays")
 
     def __init__(self, frame: bytes, packet_id: int, properties, subscribe: bool) -> None:
         self.frame = frame
@@ -111,6 +114,11 @@ class FilterWork:
         self.held = 0      # subscriptions the client held before this packet
         self.new = 0       # filters this packet adds
         self.sub_id = None
+        self.todo: list | None = None  # the plan's items while they are applied in slices
+        self.at = 0        # ...applied so far
+        self.granted: list[Sub] = []
+        self.reserved = 0  # Packet Identifiers the retained replays took
+        self.replays = 0   # retained replays queued
 
     def refuse(self, rule: str, why: str, tf: str) -> None:
         r = self.refused.get(rule)
@@ -147,42 +155,68 @@ class SubscriberFlows:
     # ------------------------------------------------ large ones, in slices
     def _begin_filters(self, frame: bytes, decoder: FilterDecoder, actions: list[Action]) -> None:
         """A large SUBSCRIBE / UNSUBSCRIBE (over :data:`SLICE_BYTES`): its
-        filters are decoded and decided :data:`SLICE_FILTERS` at a time, one
-        slice per :meth:`work` call, so no client holds the event loop more
-        than a few milliseconds; bytes that arrive meanwhile wait. Nothing
-        changes until the last slice: then the subscriptions change and the
-        packet is captured, in one step (a replay of the capture log must
-        meet the same state at the record), or, if a later filter is
-        malformed, the connection is closed as for a small packet."""
+        filters are decoded and decided :data:`SLICE_FILTERS` (or
+        :data:`SLICE_FILTER_BYTES`) at a time, one slice per :meth:`work`
+        call, so no client holds the event loop more than a few
+        milliseconds; bytes that arrive meanwhile wait. Nothing changes
+        until every filter is decided (if a later filter is malformed, the
+        connection is closed as for a small packet). Then:
+
+        * a **persistent** session's subscriptions change and the packet is
+          captured in one step: a replay of the capture log
+          (:mod:`bridge.edge.journal`) must meet the same state at the
+          record, with no message routed to part of the packet before it;
+        * any other session's (it ends with its connection, nothing of it
+          is recovered) are applied a slice at a time as well
+          [LG-edge-turn-budget], each filter once (the plan is by filter),
+          and the packet is captured and answered once all are. Messages
+          may match the new subscriptions before the SUBACK, as MQTT allows
+          (3.1.1 and 5.0 section 3.8.4); nothing is sent to the client
+          until the SUBACK is queued, so it still comes first."""
         self._work = (FilterWork(frame, decoder.packet_id, decoder.properties,
                                  decoder.ptype == PacketType.SUBSCRIBE), decoder)
         self._work_slice(actions)
 
     @property
     def work_pending(self) -> bool:
-        """A large SUBSCRIBE / UNSUBSCRIBE is being handled: call :meth:`work` soon."""
-        return self._work is not None
+        """A large SUBSCRIBE / UNSUBSCRIBE is being handled, or received
+        frames wait for the next turn (``session.TURN_BUDGET``): call
+        :meth:`work` soon (in the next turn of the event loop)."""
+        return self._work is not None or self._held
 
     def work(self, now: float) -> list[Action]:
-        """The next slice of the pending SUBSCRIBE / UNSUBSCRIBE (then, once
-        it is done, the bytes that waited for it)."""
+        """The next slice of the pending SUBSCRIBE / UNSUBSCRIBE, or (once it
+        is done, in the next call) the next turn's share of the frames that
+        waited for it or for the last turn's budget."""
         actions: list[Action] = []
-        if self._work is None:
+        if self._work is None and not self._held:
             return actions
         if self.state != CONNECTED:  # closed, taken over: nothing more to do
             self._work = None
+            self._held = False
+            self._applying = False
             return actions
+        if self._work is None:
+            self._held = False
+            return self._process_buffer()
         self._work_slice(actions)
-        if self._work is None and self._buf and self.state == CONNECTED:
-            actions.extend(self._process_buffer())
-        elif self._pump_due:
+        if self._work is None and self._buf:
+            self._held = True  # what waited behind it: next turn
+        if self._pump_due:
             self._pump_if_due(actions)
         return actions
 
     def _work_slice(self, actions: list[Action]) -> None:
         work, decoder = self._work
+        if work.todo is not None:  # decided: applying, a slice at a time
+            if self._apply_subscribe(work, True):
+                self._work = None
+                self._applying = False
+                self._answer_subscribe(work, actions)
+                self._pump_due = True  # what waited for the SUBACK
+            return
         try:
-            items = decoder.step(SLICE_FILTERS)
+            items = decoder.step(SLICE_FILTERS, SLICE_FILTER_BYTES)
         except MqttError as err:
             self._work = None
             self._reject(memoryview(work.frame), err, actions)
@@ -192,6 +226,11 @@ class SubscriberFlows:
         else:
             self._decide_unsubscribe(work, items)
         if decoder.done:
+            if work.subscribe and work.plan and (self.client is None
+                                                 or not self.client.persistent):
+                work.todo = list(work.plan.items())  # applied from the next slice on
+                self._applying = True
+                return
             self._work = None
             if work.subscribe:
                 self._finish_subscribe(work, actions)
@@ -255,24 +294,49 @@ class SubscriberFlows:
             codes.append(qos)
 
     def _finish_subscribe(self, work: FilterWork, actions: list[Action]) -> None:
-        """Apply what was decided, answer with one code per filter, in order
-        [MQTT-3.8.4-6], once the SUBSCRIBE is durable."""
+        """Apply what was decided, all at once, and answer."""
+        self._apply_subscribe(work, False)
+        self._answer_subscribe(work, actions)
+
+    def _apply_subscribe(self, work: FilterWork, sliced: bool) -> bool:
+        """Apply what was decided: every filter, or (``sliced``) the next
+        :data:`SLICE_FILTERS` / :data:`SLICE_FILTER_BYTES` of them; True
+        once all are."""
+        items = work.todo
+        if items is None:
+            items = work.todo = list(work.plan.items())
         level = self.level
         router = self.router
         client = self.client
-        granted: list[Sub] = []
-        reserved = 0  # Packet Identifiers the retained replays took
-        replays = 0
-        for tf, sub in work.plan.items():
+        retained = router.retained
+        i = start = work.at
+        n = len(items)
+        spent = 0
+        while i < n:
+            if sliced and (i - start >= SLICE_FILTERS or spent >= SLICE_FILTER_BYTES):
+                break
+            tf, sub = items[i]
+            i += 1
+            spent += len(tf)
             old = router.subscribe(client, sub)  # replaces one with the same filter [MQTT-3.8.4-3]
-            granted.append(sub)
-            if router.retained is not None and split_share(tf)[0] is None \
+            work.granted.append(sub)
+            if retained is not None and split_share(tf)[0] is None \
                     and _sends_retained(level, sub, old):
                 # the first few matched now, the others as their replays go:
-                # this step changes the subscriptions and captures the packet
-                # at once, so it must stay short however many filters it has
-                reserved += self._retained_on_subscribe(sub, replays < EAGER_REPLAYS)
-                replays += 1
+                # the step that changes a persistent session's subscriptions
+                # captures the packet too, so it must stay short however
+                # many filters it has
+                work.reserved += self._retained_on_subscribe(sub, work.replays < EAGER_REPLAYS)
+                work.replays += 1
+        work.at = i
+        return i >= n
+
+    def _answer_subscribe(self, work: FilterWork, actions: list[Action]) -> None:
+        """Answer with one code per filter, in order [MQTT-3.8.4-6], once the
+        SUBSCRIBE is durable."""
+        level = self.level
+        granted = work.granted
+        reserved = work.reserved
         codes = bytes(work.codes)
         body = _U16.pack(work.packet_id) + (b"\x00" if level == 5 else b"") + codes
         suback = encode_fixed_header(0x90, len(body)) + body
@@ -429,9 +493,13 @@ class SubscriberFlows:
 
     def deliver(self, now: float) -> list[Action]:
         """The PUBLISH frames the outbox allows now, as one Send (nothing
-        when not connected)."""
+        when not connected, nor while a SUBSCRIBE is applied in slices: its
+        SUBACK goes first)."""
         client = self.client
         if self.state != CONNECTED or client is None or client.outbox is None:
+            return []
+        if self._applying:
+            self._pump_due = True
             return []
         frames = client.outbox.pump(self.receiver(), now)
         if not frames:

@@ -2,7 +2,10 @@
 
 One :class:`SubscriptionTree` holds every subscription of every session of
 the edge. It is a trie keyed by topic level, as Mosquitto's ``subs.c``: a
-node per filter level, with ``+`` and ``#`` as ordinary child keys.
+node per filter level, with ``+`` and ``#`` as ordinary child keys, except
+that a run of ordinary levels with nothing at them but the one way on is
+one node (path compression, ``_Node.seg``): a filter of 100 levels costs a
+few Python steps to add or remove, not a few per level (issue 38).
 :meth:`SubscriptionTree.match` walks the topic's levels once, following at
 each node the literal child, the ``+`` child and the ``#`` child; the work per
 message grows with the topic's depth and with the subscriptions that match,
@@ -39,10 +42,12 @@ left empty, so memory returns after unsubscribes and expired sessions.
 Memory, measured with :mod:`tracemalloc` by ``python -m bridge.bench.topics``
 (CPython 3.11, 64-bit), counting the tree and the ``Sub`` objects with their
 Client Identifiers and filters: 10,000 clients x 10 subscriptions each
-(100,000) take 41 MB (410 B a subscription) when every subscription has a
+(100,000) take 43 MB (427 B a subscription) when every subscription has a
 filter of its own (``site/{area}/{client}/{i}/+``, the trie's worst case)
 and 20 MB when the clients share 10 filters. To get there a node keeps a
-single child or a single subscription without a dict. Removing every client
+single child or a single subscription without a dict, and a run of levels
+is one node (a filter of 100 levels of its own: 7.7 kB, 18 kB at a node
+per level). Removing every client
 returns the memory (a few kB of CPython's free lists stay). ``match`` runs at
 about 500,000 calls/s for a topic with one match whether the tree holds 0 or
 100,000 other subscriptions (100,000 calls/s with 100 matches).
@@ -184,9 +189,10 @@ class Matches:
     ``found`` holds the matching nodes' own containers (a ``Sub`` or a dict
     Client Identifier -> ``Sub``), not copies: one node's container has a
     client at most once, so a match with one container needs no grouping
-    (the router's fast path). Read a result before the tree changes."""
+    (the router's fast path). Read a result before the tree changes
+    (``version``: the tree's :attr:`SubscriptionTree.version` it was taken at)."""
 
-    __slots__ = ("found", "shared", "_direct")
+    __slots__ = ("found", "shared", "_direct", "version")
 
     def __init__(self, found: list | None = None, shared: list[SharedGroup] | None = None) -> None:
         #: the matching nodes' non-shared subscriptions, one container per node
@@ -194,6 +200,15 @@ class Matches:
         #: Every Shared Subscription group whose filter matches the topic.
         self.shared: list[SharedGroup] = [] if shared is None else shared
         self._direct: dict[str, list[Sub]] | None = None
+        self.version = -1
+
+    def width(self) -> int:
+        """The deliveries routing this result costs at most: the matching
+        subscriptions, a shared group counting once."""
+        n = len(self.shared)
+        for subs in self.found:
+            n += 1 if type(subs) is Sub else len(subs)
+        return n
 
     @property
     def direct(self) -> dict[str, list[Sub]]:
@@ -224,21 +239,58 @@ class Matches:
 
 
 class _Node:
-    """One level of the trie.
+    """One level of the trie, or a run of levels.
 
     To keep 100,000 subscriptions small, a node holds each of its parts in
     the cheapest form: ``kids`` is None, a ``(level, node)`` tuple for a
     single child (most nodes below a per-device level) or a dict level ->
     node; ``subs`` is None, the one non-shared ``Sub`` or a dict client_id ->
     ``Sub``; ``groups`` is None or a dict ShareName -> :class:`SharedGroup`.
+
+    ``seg`` (None, or a non-empty tuple of levels, never ``+`` nor ``#``):
+    the levels that follow the node's own level with nothing at them but
+    the one way on, so a node stands for its level and ``seg`` (path
+    compression). A filter of 100 levels that shares only its first with
+    others is then one node, not 100: adding or removing it, or dropping a
+    client that holds 1,000 such, costs a few Python steps per filter (the
+    levels are compared by C code), not a few per level. (A tuple of
+    strings, which the cyclic garbage collector stops tracking after its
+    first look, not a list it would walk level by level at every pass.)
     """
 
-    __slots__ = ("kids", "subs", "groups")
+    __slots__ = ("kids", "subs", "groups", "seg")
 
     def __init__(self) -> None:
         self.kids: tuple[str, _Node] | dict[str, _Node] | None = None
         self.subs: Sub | dict[str, Sub] | None = None
         self.groups: dict[str, SharedGroup] | None = None
+        self.seg: tuple[str, ...] | None = None
+
+    def split(self, c: int) -> None:
+        """Keep the first ``c`` levels of ``seg`` here and move the rest, with
+        everything this node holds, to a new child (a filter ends, or two
+        diverge, at that level). The containers move as they are: a
+        :class:`Matches` taken before holds the same objects."""
+        seg = self.seg
+        low = _Node()
+        low.kids, low.subs, low.groups = self.kids, self.subs, self.groups
+        low.seg = seg[c + 1:] or None  # type: ignore[index]
+        self.kids = (seg[c], low)  # type: ignore[index]
+        self.subs = self.groups = None
+        self.seg = seg[:c] or None  # type: ignore[index]
+
+    def merge(self) -> None:
+        """Undo a :meth:`split` that is no longer needed: a node that holds
+        nothing and has one child of an ordinary level takes that child's
+        level, run and content (called on a node that is not the root)."""
+        kids = self.kids
+        if self.subs is not None or self.groups is not None or type(kids) is not tuple:
+            return
+        level, only = kids  # type: ignore[misc]
+        if level == "+" or level == "#":
+            return
+        self.seg = (self.seg or ()) + (level,) + (only.seg or ())
+        self.kids, self.subs, self.groups = only.kids, only.subs, only.groups
 
     def child(self, level: str) -> _Node | None:
         kids = self.kids
@@ -303,16 +355,44 @@ class _Node:
         return self.kids is None and self.subs is None and self.groups is None
 
 
+def _chain(node: _Node, levels: tuple[str, ...], i: int) -> _Node:
+    """New nodes under ``node`` for ``levels[i:]`` (``levels[i]`` is not a
+    child of ``node``): one per wildcard level and per run of ordinary
+    levels; returns the last."""
+    n = len(levels)
+    while i < n:
+        node = node.make_child(levels[i])
+        i += 1
+        j = n  # the next wildcard level, searched by C code
+        if "+" in levels:
+            try:
+                j = levels.index("+", i, j)
+            except ValueError:
+                pass
+        if "#" in levels:
+            try:
+                j = levels.index("#", i, j)
+            except ValueError:
+                pass
+        if j > i:
+            node.seg = levels[i:j]
+            i = j
+    return node
+
+
 class SubscriptionTree:
     """Every subscription of the edge, matched by walking a topic's levels once."""
 
-    __slots__ = ("_root", "_clients", "_count")
+    __slots__ = ("_root", "_clients", "_count", "version")
 
     def __init__(self) -> None:
         self._root = _Node()
         # client_id -> {topic_filter as subscribed -> Sub}, in the order first added.
         self._clients: dict[str, dict[str, Sub]] = {}
         self._count = 0
+        #: changes with every add and remove: a :class:`Matches` taken at the
+        #: same version (``Matches.version``) is still the tree's answer
+        self.version = 0
 
     def __len__(self) -> int:
         """The number of subscriptions, members of shared groups included."""
@@ -345,8 +425,27 @@ class SubscriptionTree:
         keeps its place in :meth:`subscriptions` and in its shared group."""
         share, tf = split_share(sub.topic_filter)
         node = self._root
-        for level in tf.split("/"):
-            node = node.make_child(level)
+        levels = tuple(tf.split("/"))
+        n = len(levels)
+        i = 0
+        while i < n:
+            child = node.child(levels[i])
+            i += 1
+            if child is None:
+                node = _chain(node, levels, i - 1)
+                break
+            seg = child.seg
+            if seg is not None:
+                k = len(seg)
+                if levels[i:i + k] != seg:  # the filter ends or turns off inside the run
+                    c = 0
+                    while c < k and i + c < n and levels[i + c] == seg[c]:
+                        c += 1
+                    child.split(c)
+                    k = c
+                i += k
+            node = child
+        self.version += 1
         if share is None:
             old = node.put_sub(sub)
         else:
@@ -372,11 +471,18 @@ class SubscriptionTree:
         if own is None or topic_filter not in own:
             return None
         share, tf = split_share(topic_filter)
-        levels = tf.split("/")
-        path = [self._root]
-        for level in levels:
-            path.append(path[-1].child(level))  # type: ignore[arg-type]  # present: own has it
-        node = path[-1]
+        levels = tuple(tf.split("/"))
+        n = len(levels)
+        path: list[tuple[_Node, str]] = []  # (parent, level) of each node on the way
+        node = self._root
+        i = 0
+        while i < n:  # present: own has it, and a filter ends where a node does
+            level = levels[i]
+            path.append((node, level))
+            node = node.child(level)  # type: ignore[assignment]
+            seg = node.seg
+            i += 1 if seg is None else 1 + len(seg)
+        self.version += 1
         if share is None:
             old = node.pop_sub(client_id)
         else:
@@ -392,11 +498,13 @@ class SubscriptionTree:
             if not self._clients:
                 self._clients = {}  # a dict never shrinks: let the table of 10,000 clients go
         self._count -= 1
-        # Prune from the leaf up while nodes are empty.
-        for depth in range(len(levels), 0, -1):
-            if not path[depth].empty():
-                break
-            path[depth - 1].drop_child(levels[depth - 1])
+        # Prune from the leaf up while nodes are empty; the first node left
+        # may join its one remaining child again (_Node.merge).
+        while path and node.empty():
+            node, level = path.pop()
+            node.drop_child(level)
+        if path:
+            node.merge()
         return old
 
     def remove_client(self, client_id: str) -> list[Sub]:
@@ -428,6 +536,7 @@ class SubscriptionTree:
         matches nothing.
         """
         result = Matches()
+        result.version = self.version
         if not topic or "+" in topic or "#" in topic:
             return result
         root = self._root
@@ -461,6 +570,12 @@ class SubscriptionTree:
                 collect(node)  # [MQTT-4.7.1-1] "#" alone matches every topic
         while stack:
             node, depth = stack.pop()
+            seg = node.seg
+            if seg is not None:  # a run of ordinary levels: all must be the topic's next ones
+                k = depth + len(seg)
+                if tuple(levels[depth:k]) != seg:
+                    continue
+                depth = k
             if depth == n:
                 collect(node)
                 if node.kids is not None:

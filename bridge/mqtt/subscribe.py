@@ -219,15 +219,18 @@ class FilterDecoder:
     def done(self) -> bool:
         return not self._r.left()
 
-    def step(self, n: int) -> list:
-        """Decode up to ``n`` more filters; returns them (also kept in ``items``)."""
+    def step(self, n: int, max_bytes: int | None = None) -> list:
+        """Decode up to ``n`` more filters, and (``max_bytes``) no more once
+        that many bytes of the packet were read, one filter at least;
+        returns them (also kept in ``items``)."""
         r = self._r
         one = self._one
         level = self.level
         ptype = self.ptype
         got = []
+        stop = r.end if max_bytes is None else r.pos + max_bytes
         try:
-            while n > 0 and r.left():
+            while n > 0 and r.left() and (r.pos < stop or not got):
                 got.append(one(r, level, ptype))
                 n -= 1
         except MqttError as err:

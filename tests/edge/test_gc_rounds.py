@@ -50,3 +50,19 @@ def test_lg_edge_no_automatic_full_pass_and_the_housekeeping_makes_one(caplog):
         gc_tuning.untune_gc()
         gc.unfreeze()
     assert gc.get_threshold() == before  # the last edge's stop gives them back
+
+
+def test_lg_edge_switch_interval_while_an_edge_runs_and_given_back():
+    import sys
+
+    before = sys.getswitchinterval()
+    gc_tuning.tune_gc()
+    try:
+        gc_tuning.tune_gc()  # a second edge of the process
+        assert sys.getswitchinterval() == min(before, gc_tuning.SWITCH_INTERVAL_S)
+        gc_tuning.untune_gc()
+        assert sys.getswitchinterval() == min(before, gc_tuning.SWITCH_INTERVAL_S)  # one still runs
+    finally:
+        gc_tuning.untune_gc()
+        gc.unfreeze()
+    assert sys.getswitchinterval() == before

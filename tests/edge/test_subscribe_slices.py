@@ -1,14 +1,18 @@
 """A large SUBSCRIBE or UNSUBSCRIBE is handled a slice at a time (issue 38,
 item 5): the event loop is never held for the whole packet, nothing changes
-until the last slice, the answer is the same as for the packet handled at
-once, and the log line about refused filters stays small. Sans-IO."""
+until every filter is decided, a session that ends with its connection gets
+the filters applied a slice at a time too (a persistent one in one step, as
+the capture log's replay meets it), the answer is the same as for the packet
+handled at once, and the log line about refused filters stays small. Sans-IO."""
 
 from __future__ import annotations
 
 import pytest
 
 import bridge.edge.subscribing as subscribing
+from bridge.edge.message import Message
 from bridge.edge.session import Limits
+from bridge.edge.topics import Sub
 from bridge.mqtt import Subscribe, Subscription, Unsubscribe, encode
 from bridge.mqtt.fixed_header import encode_fixed_header
 from tests.edge.util import Harness, connect
@@ -16,9 +20,9 @@ from tests.edge.util import Harness, connect
 _PINGREQ = b"\xc0\x00"
 
 
-def _client(level: int = 5, limit: int = 100) -> Harness:
+def _client(level: int = 5, limit: int = 100, **fields) -> Harness:
     h = Harness(Limits(max_subscriptions_per_client=limit, max_packet_bytes=4 << 20))
-    h.feed(connect(level, client_id="big"))
+    h.feed(connect(level, client_id="big", **fields))
     assert h.take()[0] == 0x20
     return h
 
@@ -109,3 +113,79 @@ def test_lg_edge_bytes_arriving_during_the_slices_wait_for_them():
         h.perform(s.work(h.now))
     out = h.take()
     assert out.endswith(b"\xd0\x00\xd0\x00") and out[0] == 0x90
+
+
+def _deep(n: int, depth: int = 100) -> list[Subscription]:
+    """Issue 38's subscription flood: distinct filters of ``depth`` levels."""
+    return [Subscription("/".join([f"d{j:04d}"] + [f"{j:04d}.{k:03d}" for k in range(1, depth)]), 1)
+            for j in range(n)]
+
+
+def test_lg_edge_turn_budget_a_large_subscribe_is_applied_in_slices_then_answered():
+    h = _client(4, limit=1001)
+    s = h.session
+    tree = s.router.tree
+    s.router.subscribe(s.client, Sub("big", "old/#", 1))  # held from before
+    subs = _deep(1000) + _deep(3)  # the last three repeat: each is applied once
+    frame = encode(Subscribe(9, subs), 4)
+    h.perform(s.receive_data(frame, h.now))
+    counts = [tree.count("big")]
+    decoded = [len(s._work[1].items)]
+    suback_at = None
+    while s.work_pending:
+        # a message for the subscription held before comes in meanwhile
+        if len(counts) == 5:
+            s.router.route(Message("old/x", 1, False, b"live", b"", ready=True))
+        h.perform(s.work(h.now))
+        counts.append(tree.count("big"))
+        if s._work is not None:
+            decoded.append(len(s._work[1].items))
+        if suback_at is None and h.sent:
+            suback_at = len(counts) - 1
+    steps = [b - a for a, b in zip(counts, counts[1:])]
+    assert counts[-1] == 1001 and sum(steps) == 1000
+    most = subscribing.SLICE_FILTER_BYTES // len(subs[0].topic_filter) + 1  # 74 of 896 chars
+    assert max(steps) <= most and len([x for x in steps if x]) >= 1000 // most
+    assert max(b - a for a, b in zip(decoded, decoded[1:])) <= most  # decoded by bytes too
+    # answered once every filter is applied, and first: the message waited for it
+    assert suback_at == len(counts) - 1
+    out = h.take()
+    body = b"\x00\x09" + b"\x01" * 1003
+    suback = encode_fixed_header(0x90, len(body)) + body
+    assert out[:len(suback)] == suback
+    assert out[len(suback)] >> 4 == 3 and b"live" in out[len(suback):]
+    assert h.headers()["granted"] == (b"\x01" * 1003).hex().encode()
+
+
+def test_lg_edge_turn_budget_a_persistent_session_applies_a_subscribe_in_one_step():
+    # the capture log's replay (bridge.edge.journal) applies the SUBSCRIBE at
+    # its record: no message may have been routed to part of it before
+    h = _client(4, limit=1000, clean_start=False)
+    s = h.session
+    assert s.client.persistent
+    tree = s.router.tree
+    h.perform(s.receive_data(encode(Subscribe(9, _deep(1000, 20)), 4), h.now))
+    counts = [tree.count("big")]
+    while s.work_pending:
+        h.perform(s.work(h.now))
+        counts.append(tree.count("big"))
+    assert counts[-1] == 1000 and counts[:-1] == [0] * (len(counts) - 1)
+    assert h.take()[:1] == b"\x90"
+
+
+def test_lg_edge_turn_budget_large_subscribes_in_one_read_take_a_turn_each():
+    # 20 SUBSCRIBEs of 50 deep filters (45 kB each), sent at once: each is
+    # decided and applied in turns of its own, none behind another in one turn
+    h = _client(4, limit=1000)
+    s = h.session
+    tree = s.router.tree
+    deep = _deep(1000)
+    data = b"".join(encode(Subscribe(i + 1, deep[i * 50:(i + 1) * 50]), 4) for i in range(20))
+    h.perform(s.receive_data(data, h.now))
+    counts = [tree.count("big")]
+    while s.work_pending:
+        h.perform(s.work(h.now))
+        counts.append(tree.count("big"))
+    assert counts[-1] == 1000 and len(counts) > 20  # (the first read's turn, then one each)
+    assert max(b - a for a, b in zip(counts, counts[1:])) <= 50
+    assert h.take().count(b"\x90\x34") == 20  # 20 SUBACKs of 50 codes
