@@ -253,7 +253,7 @@ def sigkill(server, sz: Sizes) -> dict:
     got = {k for _, k in inbox.seen}
     missing = len(acked - got)
     inflight_missing = len(set(first) - got)
-    drops = logged_drops(server.log_text(), "kill-sub") if server.name == "edge" else None
+    drops = logged_drops(server.log_text(), "kill-sub") if server.name in ("edge", "run") else None
     unexplained = max(0, missing - (drops or 0))
     if not present:
         failures.append("the subscriber's session was not present after the restart")

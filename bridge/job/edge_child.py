@@ -66,7 +66,7 @@ async def _serve(config: Config, spec: dict) -> int:
         os.set_blocking(fd, False)
         server.log.on_durable.append(lambda: _poke(fd))
     if metrics is not None:
-        metrics.start()
+        metrics.start(announce=False)  # the run's endpoint serves it
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)

@@ -102,9 +102,11 @@ class MetricsServer:
         self.address = self.httpd.server_address[:2]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="lakegate-metrics", daemon=True)
 
-    def start(self) -> "MetricsServer":
+    def start(self, announce: bool = True) -> "MetricsServer":
+        """``announce``: one INFO line with the address (the run's edge
+        process's own endpoint, which only the run reads, logs at DEBUG)."""
         self.thread.start()
-        log.info("metrics: http://%s:%d/metrics and /healthz", *self.address)
+        (log.info if announce else log.debug)("metrics: http://%s:%d/metrics and /healthz", *self.address)
         return self
 
     def stop(self) -> None:

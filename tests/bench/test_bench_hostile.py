@@ -71,3 +71,23 @@ def test_bench_hostile_json(tmp_path, capsys):
         assert isinstance(run["scenario"]["failures"], list)
     assert out["scenarios"]["fuzz"]["edge"]["runs"][0]["scenario"]["packets"] == 150
     assert code == (1 if any(out["scenarios"][n]["edge"]["findings"] for n in out["scenarios"]) else 0)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_bench_hostile_under_lakegate_run_kills_and_waits_for_the_run_s_edge(tmp_path, capsys):
+    """``--only run``: the scenarios against ``lakegate run`` (started, its
+    first batch committed, then measured); ``sigkill`` kills the run's edge
+    process and the run starts it again itself; RSS is the edge process's."""
+    code = main(["bench", "hostile", "--json", "--quick", "--runs", "1", "--only", "run",
+                 "--scenarios", "sigkill,fuzz", "--size", "kill_queued=50", "--size", "fuzz_packets=150",
+                 "--set", f"data_dir={tmp_path}", "--set", "amqp.url="])
+    out = json.loads(capsys.readouterr().out)
+    for name in ("sigkill", "fuzz"):
+        e = out["scenarios"][name]
+        assert set(e) == {"run"}, e.keys()
+        run = e["run"]["runs"][0]
+        assert run["good"]["samples"] >= 50 and run["alive"] and run["accepting"], run  # >= 3 s less a restart
+        assert 0 < run["rss_start_mb"] < 1000  # the edge process, not the run with its Spark driver
+    assert out["scenarios"]["sigkill"]["run"]["runs"][0]["restarts"] == 1
+    assert code == (1 if any(out["scenarios"][n]["run"]["findings"] for n in out["scenarios"]) else 0)
