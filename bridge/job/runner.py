@@ -198,6 +198,7 @@ class EdgeThread:
 
     #: a thread that ended is not started again (its process is this one)
     restartable = False
+    stopped_from_outside = False
     pid = None
     exit_status = None
 
@@ -346,7 +347,7 @@ class Runner:
         stops (False)."""
         from bridge.spark.jvm import describe_exit
 
-        if getattr(edge, "stopped_from_outside", False):
+        if edge.stopped_from_outside:
             log.info("edge: its process (pid %s) stopped on a signal sent to both; the run stops too", edge.pid)
             return False
         if not edge.restartable:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.error
 import urllib.request
 
@@ -31,7 +30,7 @@ from bridge.config import config_from_wire, config_to_wire, load_config
 from bridge.ports import free_loopback_port
 from bridge.tables.deltars import DeltaRsEngine
 from tests.job.test_run import Run
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for
 
 
 def _pid_file(data_dir) -> dict:
@@ -155,8 +154,8 @@ def test_lg_run_edge_process_is_supervised_restarted_after_sigkill_and_ends_with
         _publish(run.port, "dev-2", "plant/b", 10)  # the same port
         engine = DeltaRsEngine(tmp_path / "tables")
         wait_for(lambda: engine.arrow("messages").num_rows >= 20, timeout=120, what="all 20 in the tables")
-        time.sleep(2)  # a batch that would write something twice has run by now
-        assert engine.arrow("messages").num_rows == 20
+        holds_for(lambda: engine.arrow("messages").num_rows == 20, 2.0,  # job.trigger_interval_s is 0.5
+                  what="nothing written twice by the batches after")
         assert run.proc.poll() is None
 
         # SIGKILL of the run: the edge stops by itself
