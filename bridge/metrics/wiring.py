@@ -11,7 +11,7 @@ from bridge.metrics.http import Cached, HealthChecks, MetricsServer
 
 if TYPE_CHECKING:
     from bridge.job.edge_process import EdgeProcess
-    from bridge.job.runner import EdgeThread
+    from bridge.job.run_edge import EdgeThread
 
 __all__ = ["EdgeRef", "metrics_server"]
 

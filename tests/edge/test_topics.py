@@ -3,7 +3,6 @@ removal and pruning, shared groups, agreement with the scalar matcher."""
 
 from __future__ import annotations
 
-import sys
 import tracemalloc
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from bridge.edge import topics
 from bridge.edge.topics import Matches, SharedGroup, Sub, SubscriptionTree, split_share
 from bridge.topic_filter import matches as scalar_matches
+from tests.opcodes import count_opcodes
 
 
 def tree_of(*filters: str, client: str = "c") -> SubscriptionTree:
@@ -325,28 +325,11 @@ def test_shared_resubscription_keeps_the_members_place():
 
 # -- Work per message and memory -------------------------------------------------------------------
 
-def count_opcodes(tree: SubscriptionTree, topic: str) -> int:
-    """Python bytecode instructions executed in bridge/edge/topics.py by ``tree.match(topic)``:
+def count_opcodes_of(fn) -> int:
+    """Python bytecode instructions executed in bridge/edge/topics.py by ``fn()``:
     a deterministic measure of the work per message (a scan of a level's
     children or of all subscriptions would show up here)."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if frame.f_code.co_filename != topics.__file__:
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count += 1
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        tree.match(topic)
-    finally:
-        sys.settrace(previous)
-    return count
+    return count_opcodes(fn, topics.__file__)
 
 
 def test_match_work_does_not_grow_with_subscriptions_that_do_not_match():
@@ -365,31 +348,9 @@ def test_match_work_does_not_grow_with_subscriptions_that_do_not_match():
     small, big = tree_with(2), tree_with(2000)
     assert len(big) == 3 + 7 * 2000
     topic = "site/a/dev1/temp"
-    assert count_opcodes(small, topic) > 100
-    assert count_opcodes(big, topic) == count_opcodes(small, topic)
+    assert count_opcodes_of(lambda: small.match(topic)) > 100
+    assert count_opcodes_of(lambda: big.match(topic)) == count_opcodes_of(lambda: small.match(topic))
     assert {tf for _, tf in matched(big, topic)} == {"site/a/+/temp", "site/#", "+/a/dev1/temp"}
-
-
-def count_opcodes_of(fn) -> int:
-    """Python bytecode instructions executed in bridge/edge/topics.py by ``fn()``."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if frame.f_code.co_filename != topics.__file__:
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count += 1
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(previous)
-    return count
 
 
 def test_adding_and_removing_a_deep_filter_takes_no_more_steps_than_a_short_one():

@@ -8,7 +8,6 @@ of the queue. Counted in steps and objects, never timed."""
 from __future__ import annotations
 
 import gc
-import sys
 
 from bridge.edge import delivery, fanout
 from bridge.edge.delivery import Barrier, Delivery, Outbox, Receiver
@@ -20,6 +19,7 @@ from bridge.edge.state import ClientSession
 from bridge.edge.topics import Sub
 from tests.edge.conftest import RawClient
 from tests.edge.util import Harness, connect, publish
+from tests.opcodes import count_opcodes
 
 _PINGREQ = b"\xc0\x00"
 
@@ -159,28 +159,6 @@ class _Replay(Barrier):
         return []
 
 
-def _opcodes(fn, filename: str) -> int:
-    """Python bytecode instructions executed in ``filename`` by ``fn()``."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if frame.f_code.co_filename != filename:
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count += 1
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(previous)
-    return count
-
-
 def test_lg_edge_turn_budget_dropping_behind_a_retained_replay_does_not_walk_the_queue():
     # a replay at the front is never dropped: the oldest live delivery behind
     # it goes, without a copy of the whole queue per message
@@ -193,7 +171,7 @@ def test_lg_edge_turn_budget_dropping_behind_a_retained_replay_does_not_walk_the
         assert isinstance(box.queue[0].msg, _Replay)
         assert box.queue[1].msg.ref[1] == 6
         m = _msg(10**6)
-        return _opcodes(lambda: box.push(m, 1, False), delivery.__file__)
+        return count_opcodes(lambda: box.push(m, 1, False), delivery.__file__)
 
     assert work(10_000) == work(10)
 
