@@ -80,12 +80,17 @@ class Router:
         return box
 
     def attach(self, client: ClientSession) -> None:
-        """A connection took the session (it may receive from now on)."""
+        """A connection took the session (it may receive from now on). What
+        an ended session of the same client left to sweep goes first."""
+        self.tree.settle(client.client_id)
         self.sessions[client.client_id] = client
 
-    def drop(self, client_id: str) -> list[Sub]:
+    def drop(self, client_id: str, defer: bool = False) -> list[Sub]:
         """The session ended (clean session closed, expired, replaced by a
-        Clean Start, dropped by a bound): forget its subscriptions and queue."""
+        Clean Start, dropped by a bound): forget its subscriptions and queue.
+        ``defer``: many subscriptions leave the tree in later
+        ``tree.sweep()`` calls (``SubscriptionTree.remove_client``); the
+        caller makes them."""
         s = self.sessions.pop(client_id, None)
         # the downlink detaches the client's own AMQP link first, then the
         # outbox releases what it held: released while the link was still
@@ -101,7 +106,7 @@ class Router:
                 if s is not None and s.outbox is not None:
                     s.outbox.clear()
             finally:
-                removed = self.tree.remove_client(client_id)
+                removed = self.tree.remove_client(client_id, defer)
         return removed
 
     # ------------------------------------------------------------ subscriptions

@@ -159,6 +159,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self.conns: set[Connection] = set()
         self.clients: dict[str, Connection] = {}
         self.pending_wills: dict[str, tuple[asyncio.TimerHandle, WillMessage]] = {}
+        #: a SubscriptionTree.sweep is scheduled (housekeeping.drop_session)
+        self._sweeping = False
         self.addresses: list[tuple[str, int, bool]] = []
         self.failed: BaseException | None = None
         self.stopped: asyncio.Event | None = None  # created in start()

@@ -39,6 +39,19 @@ decided by the caller) is not the tree's business: a filter that parses as
 Removing the last subscription at a node prunes the node and every ancestor
 left empty, so memory returns after unsubscribes and expired sessions.
 
+A session that ends with more than :data:`REMOVE_AT_ONCE` subscriptions
+leaves them in a slice at a time (``remove_client(..., defer=True)``, then
+:meth:`SubscriptionTree.sweep` once per turn of the event loop): 20 clients
+of 1,000 filters of 100 levels each, disconnecting together, held the loop
+120 ms in one turn (issue 38, ``bench hostile`` subscriptions)
+[LG-edge-turn-budget]. Until swept, such a subscription may still be
+matched; it names a client the router no longer has a session for, so
+nothing is delivered by it. A client that comes back first has what is
+left of its old subscriptions removed at once (:meth:`SubscriptionTree.settle`,
+from :meth:`~SubscriptionTree.add` and the router's ``attach``), so the old
+never meet the new. Shared subscriptions leave at once (a group must
+never pick a member that is gone).
+
 Memory, measured with :mod:`tracemalloc` by ``python -m bridge.bench.topics``
 (CPython 3.11, 64-bit), counting the tree and the ``Sub`` objects with their
 Client Identifiers and filters: 10,000 clients x 10 subscriptions each
@@ -62,6 +75,9 @@ from collections.abc import Callable, Iterator
 
 __all__ = [
     "Matches",
+    "REMOVE_AT_ONCE",
+    "SWEEP_FILTERS",
+    "SWEEP_FILTER_BYTES",
     "SharedGroup",
     "Sub",
     "SubscriptionTree",
@@ -69,6 +85,15 @@ __all__ = [
 ]
 
 _SHARE = "$share/"
+
+#: a session that ends with more subscriptions than this leaves them a
+#: slice at a time (``remove_client(defer=True)``, :meth:`SubscriptionTree.sweep`)
+REMOVE_AT_ONCE = 256
+#: subscriptions one :meth:`SubscriptionTree.sweep` removes at most (about
+#: 1 ms of short filters)...
+SWEEP_FILTERS = 512
+#: ...and characters of Topic Filters at most (about 70 filters of 100 levels)
+SWEEP_FILTER_BYTES = 64 * 1024
 
 
 def split_share(topic_filter: str) -> tuple[str | None, str]:
@@ -383,19 +408,23 @@ def _chain(node: _Node, levels: tuple[str, ...], i: int) -> _Node:
 class SubscriptionTree:
     """Every subscription of the edge, matched by walking a topic's levels once."""
 
-    __slots__ = ("_root", "_clients", "_count", "version")
+    __slots__ = ("_root", "_clients", "_leaving", "_count", "version")
 
     def __init__(self) -> None:
         self._root = _Node()
         # client_id -> {topic_filter as subscribed -> Sub}, in the order first added.
         self._clients: dict[str, dict[str, Sub]] = {}
+        # client_id -> Topic Filters still in the tree after the client's
+        # session ended (remove_client(defer=True)); sweep() removes them
+        self._leaving: dict[str, list[str]] = {}
         self._count = 0
         #: changes with every add and remove: a :class:`Matches` taken at the
         #: same version (``Matches.version``) is still the tree's answer
         self.version = 0
 
     def __len__(self) -> int:
-        """The number of subscriptions, members of shared groups included."""
+        """The number of subscriptions, members of shared groups included
+        (and those of ended sessions not swept yet)."""
         return self._count
 
     def __contains__(self, key: object) -> bool:
@@ -423,6 +452,8 @@ class SubscriptionTree:
         """Add ``sub``; return the ``Sub`` it replaced (same client, same Topic
         Filter as subscribed) or None [MQTT-3.8.4-3]. A replaced subscription
         keeps its place in :meth:`subscriptions` and in its shared group."""
+        if self._leaving and sub.client_id in self._leaving:
+            self.settle(sub.client_id)
         share, tf = split_share(sub.topic_filter)
         node = self._root
         levels = tuple(tf.split("/"))
@@ -470,6 +501,15 @@ class SubscriptionTree:
         own = self._clients.get(client_id)
         if own is None or topic_filter not in own:
             return None
+        del own[topic_filter]
+        if not own:
+            del self._clients[client_id]
+            if not self._clients:
+                self._clients = {}  # a dict never shrinks: let the table of 10,000 clients go
+        return self._unlink(client_id, topic_filter)
+
+    def _unlink(self, client_id: str, topic_filter: str) -> Sub:
+        """Take the subscription out of the nodes (it is there); prune."""
         share, tf = split_share(topic_filter)
         levels = tuple(tf.split("/"))
         n = len(levels)
@@ -492,11 +532,6 @@ class SubscriptionTree:
                 del node.groups[share]  # type: ignore[union-attr]
                 if not node.groups:
                     node.groups = None
-        del own[topic_filter]
-        if not own:
-            del self._clients[client_id]
-            if not self._clients:
-                self._clients = {}  # a dict never shrinks: let the table of 10,000 clients go
         self._count -= 1
         # Prune from the leaf up while nodes are empty; the first node left
         # may join its one remaining child again (_Node.merge).
@@ -507,15 +542,66 @@ class SubscriptionTree:
             node.merge()
         return old
 
-    def remove_client(self, client_id: str) -> list[Sub]:
-        """Remove every subscription of ``client_id``; return them in the order first added."""
+    def remove_client(self, client_id: str, defer: bool = False) -> list[Sub]:
+        """Remove every subscription of ``client_id``; return them in the order
+        first added. ``defer`` (the client's session ended and the router
+        forgot it): past :data:`REMOVE_AT_ONCE` subscriptions, the client has
+        none from now on (:meth:`get`, :meth:`count`, :meth:`subscriptions`)
+        but its ordinary ones leave the nodes in later :meth:`sweep` calls."""
         own = self._clients.get(client_id)
         if own is None:
             return []
         removed = list(own.values())
+        if not defer or len(removed) <= REMOVE_AT_ONCE:
+            for sub in removed:
+                self.remove(client_id, sub.topic_filter)
+            return removed
+        del self._clients[client_id]
+        later = []
         for sub in removed:
-            self.remove(client_id, sub.topic_filter)
+            tf = sub.topic_filter
+            if tf.startswith(_SHARE) and split_share(tf)[0] is not None:
+                self._unlink(client_id, tf)  # a group must never pick a member that is gone
+            else:
+                later.append(tf)
+        later.reverse()  # sweep pops from the end: the first added go first
+        self._leaving[client_id] = later
         return removed
+
+    @property
+    def leaving(self) -> int:
+        """Clients whose ended session's subscriptions :meth:`sweep` has still to remove."""
+        return len(self._leaving)
+
+    def sweep(self, max_filters: int = SWEEP_FILTERS, max_bytes: int = SWEEP_FILTER_BYTES) -> bool:
+        """Remove up to ``max_filters`` subscriptions of ended sessions (and
+        no more once ``max_bytes`` characters of their filters were); True
+        while some are left."""
+        leaving = self._leaving
+        unlink = self._unlink
+        spent = 0
+        while leaving and max_filters > 0 and spent < max_bytes:
+            cid = next(iter(leaving))
+            tfs = leaving[cid]
+            while tfs and max_filters > 0 and spent < max_bytes:
+                tf = tfs.pop()
+                unlink(cid, tf)
+                max_filters -= 1
+                spent += len(tf)
+            if not tfs:
+                del leaving[cid]
+        if not leaving and self._leaving is leaving:
+            self._leaving = {}  # a dict never shrinks
+        return bool(self._leaving)
+
+    def settle(self, client_id: str) -> None:
+        """Remove at once what :meth:`sweep` still had to remove of
+        ``client_id``'s ended session (the client is back: the old
+        subscriptions must not meet the new session)."""
+        tfs = self._leaving.pop(client_id, None)
+        if tfs:
+            for tf in tfs:
+                self._unlink(client_id, tf)
 
     def subscriptions(self, client_id: str) -> list[Sub]:
         """The subscriptions of ``client_id`` in the order first added."""

@@ -8,6 +8,7 @@ of the queue. Counted in steps and objects, never timed."""
 from __future__ import annotations
 
 import gc
+import threading
 
 from bridge.edge import delivery, fanout
 from bridge.edge.delivery import Barrier, Delivery, Outbox, Receiver
@@ -16,7 +17,8 @@ from bridge.edge.message import Message
 from bridge.edge.router import Router
 from bridge.edge.session import PUBLISH_COST, TURN_BUDGET, Capture, Limits
 from bridge.edge.state import ClientSession
-from bridge.edge.topics import Sub
+from bridge.edge.topics import REMOVE_AT_ONCE, SWEEP_FILTERS, Sub
+from bridge.mqtt.varint import encode_varint as varint
 from tests.edge.conftest import RawClient
 from tests.edge.util import Harness, connect, publish
 from tests.opcodes import count_opcodes
@@ -261,3 +263,53 @@ def test_lg_edge_turn_budget_a_flood_read_over_turns_is_acknowledged_and_deliver
             got.append(p[4:4 + tlen].decode())
             c.send(b"\x40\x02" + p[4 + tlen:6 + tlen])
         assert got == [f"f/{k}" for k in range(n)]
+
+
+def test_lg_edge_turn_budget_a_clean_session_of_many_subscriptions_leaves_over_turns(raw, edge):
+    c = raw()
+    assert c.connect(4, client_id="many")[:2] == b"\x20\x02"
+    n = 800
+    assert n > REMOVE_AT_ONCE and n > SWEEP_FILTERS
+    for start in range(0, n, 50):
+        body = (start // 50 + 1).to_bytes(2, "big") + b"".join(
+            len(tf).to_bytes(2, "big") + tf + b"\x01" for tf in (b"m/%05d/+" % j for j in range(start, start + 50)))
+        c.send(b"\x82" + varint(len(body)) + body)
+        assert c.packet()[:1] == b"\x90"
+    keep = raw()
+    assert keep.connect(4, client_id="keep")[:2] == b"\x20\x02"
+    keep.send(b"\x82\x0a\x00\x01\x00\x05m/0/+\x01")
+    assert keep.packet()[:1] == b"\x90"
+    srv = edge.server
+    tree = srv.router.tree
+    seen: list[tuple[int, int]] = []  # (subscriptions in the tree, clients leaving), turn by turn
+    done = threading.Event()
+
+    def watch():
+        seen.append((len(tree), tree.leaving))
+        if tree.leaving or len(seen) < 2:
+            srv.loop.call_soon(watch)
+        else:
+            done.set()
+
+    def end_it():  # the connection ends; watch runs in the turn of its clean-up, then in each after it
+        srv.clients["many"].transport.abort()
+        srv.loop.call_soon(watch)
+
+    edge.call(end_it)
+    assert done.wait(10)
+    counts = [k for k, _ in seen]
+    assert seen[0] == (n + 1, 1)  # the clean-up turn: the client gone, its subscriptions not yet
+    assert counts[-1] == 1 and seen[-1][1] == 0
+    steps = [a - b for a, b in zip(counts, counts[1:])]
+    assert len([s for s in steps if s]) >= 2 and max(steps) <= SWEEP_FILTERS
+    assert edge.call(lambda: srv.router.count("many")) == 0
+    # the client comes back at once: none of its old subscriptions reach it
+    back = raw()
+    assert back.connect(4, client_id="many")[:2] == b"\x20\x02"
+    pub = raw()
+    pub.connect(4, client_id="pub")
+    pub.send(publish(4, "m/0/x", b"hello", qos=1, packet_id=1))
+    assert pub.packet() == b"\x40\x02\x00\x01"
+    assert keep.packet()[0] >> 4 == 3
+    back.send(_PINGREQ)
+    assert back.packet() == b"\xd0\x00"  # no PUBLISH before it
