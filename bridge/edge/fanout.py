@@ -115,7 +115,6 @@ class FanOut:
     def pump(self, conn: Connection) -> None:
         """Send what ``conn``'s session may send now (nothing while its
         transport buffer is full)."""
-        conn.pump_soon = False
         if conn.transport is None or "write" in conn.paused_by or conn.session is None:
             return
         actions = conn.session.deliver(self.loop.time())
@@ -133,7 +132,18 @@ class FanOut:
         loop)."""
         if not conn.pump_soon:
             conn.pump_soon = True
-            self.loop.call_soon(self.pump, conn)
+            self.loop.call_soon(self._pump_due, conn)
+
+    def _pump_due(self, conn: Connection) -> None:
+        """The pump :meth:`pump_soon` scheduled. Only this one clears the
+        flag: a direct :meth:`pump` meanwhile (a group commit releasing a
+        message to the same session) must not, or its own request for more
+        schedules a second pump while this one is pending, one more per
+        commit, and the turns grow without bound (issue 38: a subscriber
+        to ``#`` replayed 200,000 retained messages while live ones came)
+        [LG-edge-turn-budget]."""
+        conn.pump_soon = False
+        self.pump(conn)
 
     def _log_drops(self) -> None:
         """One line per client whose deliveries were dropped since the last call."""

@@ -237,6 +237,50 @@ def test_lg_edge_turn_budget_a_group_commit_pumps_its_sessions_over_turns():
     assert fanout.TURN_BUDGET == TURN_BUDGET
 
 
+class _Replaying(FanOut):
+    """The part of the server that pumps, for one connection whose outbox
+    always has more (a long retained replay): each pump hands out a share,
+    and ``perform`` asks for another pump soon, as the server's does."""
+
+    def __init__(self) -> None:
+        self.loop = _Loop()
+        client = ClientSession("replaying")
+        client.outbox = Outbox()
+        client.outbox.more = True  # type: ignore[misc]
+        self.conn = _Conn(client)
+        self.conn.transport = object()
+        self.conn.paused_by = set()
+        self.conn.pump_soon = False
+        self.conn.session = self
+        self.shares = 0
+
+    def deliver(self, now: float) -> list:  # the session's
+        self.shares += 1
+        return ["a share"]
+
+    def perform(self, conn, actions) -> None:
+        if conn.client.outbox.more:
+            self.pump_soon(conn)
+
+
+def test_lg_edge_turn_budget_a_group_commit_during_a_replay_adds_no_pump_to_the_turn():
+    # A subscriber to # being replayed 200,000 retained messages gets each
+    # live message too: every group commit pumped it directly, and each such
+    # pump scheduled one more pump of its own while the last was pending, so
+    # the pumps per turn grew by one per commit (13, 14, ... 27 seen under
+    # lakegate run, 140 ms turns; the good publisher's PUBACK p99 250 ms).
+    srv = _Replaying()
+    srv.pump_soon(srv.conn)
+    for _ in range(50):  # group commits releasing messages to it, in one turn
+        srv.pump(srv.conn)
+    assert len(srv.loop.soon) == 1
+    for turn in range(20):  # each turn: one scheduled pump, and a group commit's
+        fn, args = srv.loop.soon.pop(0)
+        fn(*args)
+        srv.pump(srv.conn)
+        assert len(srv.loop.soon) == 1, turn
+
+
 # ------------------------------------------------------------ through the server
 
 
