@@ -276,7 +276,8 @@ class DownlinkReceiver(MessagingHandler):
         self.stats["received"] += 1
         token = _Token(delivery, link, self.epoch, address)
         try:
-            result = map_message(event.message, address, self.cfg.profile, time.time())
+            result = map_message(event.message, address, self.cfg.profile, time.time(),
+                                 self.cfg.address_template)
         except ReverseMappingError as exc:
             result = exc
         self.deliver(address, result, token)

@@ -47,7 +47,12 @@ Field by field (MQTT <- AMQP):
   verbatim), **User Properties** <- the application properties but
   ``lakegate-id``, in order, values as text (or the ordered annotation
   list, when present: lossless), **Payload Format Indicator** <- its
-  annotation.
+  annotation (0 or 1, else rejected [``LG-amqp-payload-format``]).
+
+Typed AMQP values (uint, int, long, boolean, symbol, timestamp, ...) become
+what they say, never a Python repr (:func:`text_of`: ``uint(7)`` -> ``7``,
+``True`` -> ``true``); an absent ``content-type`` is no Content Type
+(python-qpid-proton 0.40 reads it as ``symbol('None')``).
 * **PUBREL** <- ``subject`` "pubrel" (AMQP_PUBREL, QoS 2's second step):
   :attr:`Downlink.pubrel`, with ``message-id``.
 """
@@ -64,13 +69,14 @@ from bridge.amqp.mapping import (
 )
 
 __all__ = [
-    "Downlink", "NO_TOPIC", "BAD_BODY", "BAD_QOS", "OWN", "REVERSE", "ReverseMappingError",
-    "ReverseRule", "map_message", "reverse_table_markdown", "topic_of_address",
+    "Downlink", "NO_TOPIC", "BAD_BODY", "BAD_PFI", "BAD_QOS", "OWN", "REVERSE", "ReverseMappingError",
+    "ReverseRule", "map_message", "reverse_table_markdown", "text_of", "topic_of_address",
 ]
 
 NO_TOPIC = "LG-amqp-no-topic"
 BAD_BODY = "LG-amqp-body"
 BAD_QOS = "LG-amqp-qos"
+BAD_PFI = "LG-amqp-payload-format"
 #: what :func:`map_message` returns for a message lakegate forwarded itself
 OWN = object()
 
@@ -105,6 +111,8 @@ class Downlink:
     #: AMQP_PUBREL (QoS 2's second step) rather than AMQP_PUBLISH
     pubrel: bool = False
     message_id: Any = None
+    #: ``amqp.address_template`` the topic addresses were made with (read by the rules)
+    template: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -118,11 +126,24 @@ class ReverseRule:
 
 
 # --------------------------------------------------------------- helpers
-def topic_of_address(address: str | None) -> str | None:
-    """The MQTT topic a topic address names (``/topic/a.b`` -> ``a/b``), or
-    None for an address that names none (a client's own address, a queue)."""
+def topic_of_address(address: str | None, template: str | None = None) -> str | None:
+    """The MQTT topic a topic address names, or None for an address that
+    names none (a client's own address, a queue): the inverse of
+    ``amqp.address_template`` (``template``; ``topic://{routing_key}``
+    makes ``topic://a.b`` -> ``a/b``, ``{topic}`` is the topic verbatim),
+    else RabbitMQ's forms (``/topic/a.b``, ``/exchange/amq.topic/a.b``)."""
     if not address:
         return None
+    if template:
+        for name, undo in (("{routing_key}", True), ("{topic}", False)):
+            at = template.find(name)
+            if at < 0 or template.count("{") != 1:
+                continue
+            head, tail = template[:at], template[at + len(name):]
+            if len(address) > len(head) + len(tail) and address.startswith(head) \
+                    and address.endswith(tail):
+                inner = address[len(head):len(address) - len(tail)]
+                return inner.replace(".", "/") if undo else inner
     for prefix in _TOPIC_PREFIXES:
         if address.startswith(prefix) and len(address) > len(prefix):
             return address[len(prefix):].replace(".", "/")
@@ -143,10 +164,67 @@ def _check_topic(topic: str) -> str:
     return topic
 
 
-def _text(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """An AMQP value as the text an MQTT User Property (or a log line) holds:
+    what the value is, never a Python repr. python-qpid-proton gives typed
+    values as subclasses whose ``str`` is their repr (``uint(7)``,
+    ``int32(-3)``, ``symbol('a')``): integers of every width (and
+    ``timestamp``, milliseconds since the epoch) as decimal digits, floats
+    as the shortest text that reads back the same, booleans as ``true`` /
+    ``false``, null as the empty string, strings, symbols and chars as
+    themselves, binary as UTF-8 (invalid bytes replaced), a UUID in its
+    8-4-4-4-12 form, a list or map as JSON of the same."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return float.__repr__(float(value))
+    if isinstance(value, str):
+        return str.__str__(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (list, tuple, dict)):
+        import json
+
+        return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=False)
     return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A list or map of AMQP values as JSON's values (for :func:`text_of`)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {text_of(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return text_of(value)
+
+
+def _content_type_of(m) -> str | None:
+    """The message's content-type, None when absent: python-qpid-proton
+    0.40 reads an absent one as ``symbol('None')`` (its getter wraps the C
+    NULL), so the C field is asked directly."""
+    raw = getattr(m, "_msg", None)
+    if raw is not None:
+        try:
+            import cproton
+
+            ct = cproton.pn_message_get_content_type(raw)
+        except (ImportError, AttributeError, TypeError):
+            ct = m.content_type
+    else:
+        ct = m.content_type
+    return None if ct is None else text_of(ct)
 
 
 # --------------------------------------------------------------- rule bodies
@@ -155,13 +233,13 @@ def _topic(m, address, ann, now, out: Downlink) -> None:
     if not to:
         rk = ann.get("x-routing-key")  # RabbitMQ's, on a message published over AMQP 0-9-1
         if rk:
-            to = str(rk).replace(".", "/")
+            to = text_of(rk).replace(".", "/")
         else:
-            to = topic_of_address(address) or ""
-            if "*" in to or "#" in to:
+            to = topic_of_address(address, out.template) or ""
+            if "*" in to or "#" in to or ">" in to:  # RabbitMQ's and ActiveMQ's wildcards
                 raise ReverseMappingError(NO_TOPIC, "the message has no 'to' (its topic) and "
                                                     f"arrived over the wildcard address {address!r}")
-    out.topic = _check_topic(to)
+    out.topic = _check_topic(text_of(to))
 
 
 def _payload(m, address, ann, now, out: Downlink) -> None:
@@ -190,7 +268,7 @@ def _qos_reader(name: str):
         except (TypeError, ValueError):
             q = -1
         if q not in (0, 1, 2):
-            raise ReverseMappingError(BAD_QOS, f"annotation {name} is {ann.get(name)!r}, "
+            raise ReverseMappingError(BAD_QOS, f"annotation {name} is {text_of(ann.get(name))[:64]!r}, "
                                                "not a QoS 0, 1 or 2")
         out.qos = q
     return read
@@ -198,7 +276,10 @@ def _qos_reader(name: str):
 
 def _retain_reader(name: str):
     def read(m, address, ann, now, out: Downlink) -> None:
-        out.retain = bool(ann.get(name))
+        v = ann.get(name)
+        if isinstance(v, (str, bytes)):  # a client that sends the text: "true" / "false"
+            v = text_of(v).strip().lower() in ("true", "1")
+        out.retain = bool(v)
     return read
 
 
@@ -215,12 +296,20 @@ def _expiry(m, address, ann, now, out: Downlink) -> None:
 def _pfi(m, address, ann, now, out: Downlink) -> None:
     v = ann.get(ANN_PAYLOAD_FORMAT)
     if v is not None:
-        out.payload_format_indicator = int(v)
+        try:
+            v = int(v)
+        except (TypeError, ValueError):
+            v = -1
+        if v not in (0, 1):
+            raise ReverseMappingError(BAD_PFI, f"annotation {ANN_PAYLOAD_FORMAT} is "
+                                               f"{text_of(ann.get(ANN_PAYLOAD_FORMAT))[:64]!r}, not 0 or 1 "
+                                               "[MQTT-3.3.2-4]")
+        out.payload_format_indicator = v
 
 
 def _content_type(m, address, ann, now, out: Downlink) -> None:
-    ct = ann.get(ANN_CONTENT_TYPE) or m.content_type
-    out.content_type = None if ct is None else str(ct)
+    ct = ann.get(ANN_CONTENT_TYPE)
+    out.content_type = text_of(ct) if ct is not None else _content_type_of(m)
 
 
 def _correlation(m, address, ann, now, out: Downlink) -> None:
@@ -229,31 +318,30 @@ def _correlation(m, address, ann, now, out: Downlink) -> None:
         return
     if isinstance(c, (bytes, bytearray, memoryview)):
         out.correlation_data = bytes(c)  # a copy: it may be a view into proton's buffer
-    elif isinstance(c, uuid.UUID):
-        out.correlation_data = str(c).encode()
     else:
-        out.correlation_data = _text(c).encode("utf-8")
+        out.correlation_data = text_of(c).encode("utf-8")
 
 
 def _reply_to(m, address, ann, now, out: Downlink) -> None:
     rt = m.reply_to
     if rt:
-        out.response_topic = topic_of_address(rt) or rt
+        rt = text_of(rt)
+        out.response_topic = topic_of_address(rt, out.template) or rt
 
 
 def _user_properties(m, address, ann, now, out: Downlink) -> None:
     full = ann.get(ANN_USER_PROPERTIES)
     if full:
-        out.user_properties = [(_text(k), _text(v)) for k, v in full]
+        out.user_properties = [(text_of(k), text_of(v)) for k, v in full]
         return
     props = m.properties or {}
-    out.user_properties = [(_text(k), _text(v)) for k, v in props.items() if k != ID_PROPERTY]
+    out.user_properties = [(text_of(k), text_of(v)) for k, v in props.items() if k != ID_PROPERTY]
 
 
 def _rules(qos_ann: str, retain_ann: str) -> tuple[ReverseRule, ...]:
     return (
-        ReverseRule("topic", _topic, "`to`, else the routing key of a `/topic/...` address "
-                    "(`.` as `/`)", NO_TOPIC),
+        ReverseRule("topic", _topic, "`to`, else the topic of the link's address: the inverse of "
+                    "`amqp.address_template`, or RabbitMQ's `/topic/...` (`.` as `/`)", NO_TOPIC),
         ReverseRule("payload", _payload, "Data section; AmqpValue string (UTF-8, Payload Format "
                     "Indicator 1) or binary", BAD_BODY),
         ReverseRule("QoS", _qos_reader(qos_ann), f"`{qos_ann}` annotation; absent: `durable` true "
@@ -262,11 +350,13 @@ def _rules(qos_ann: str, retain_ann: str) -> tuple[ReverseRule, ...]:
                     "(delivered as RETAIN 0 unless Retain As Published)", "MQTT-3.3.1-12"),
         ReverseRule("Message Expiry Interval", _expiry, "`ttl` (ms, rounded up), else "
                     "`absolute-expiry-time` (seconds left)", "MQTT-3.3.2-5"),
-        ReverseRule("Payload Format Indicator", _pfi, f"`{ANN_PAYLOAD_FORMAT}` annotation", "-"),
+        ReverseRule("Payload Format Indicator", _pfi, f"`{ANN_PAYLOAD_FORMAT}` annotation "
+                    "(0 or 1)", BAD_PFI),
         ReverseRule("Content Type", _content_type, f"`content-type` (or `{ANN_CONTENT_TYPE}`)", "-"),
         ReverseRule("Correlation Data", _correlation, "`correlation-id` (binary as is, else its "
                     "text as UTF-8)", "-"),
-        ReverseRule("Response Topic", _reply_to, "`reply-to` (a topic address as its topic)", "-"),
+        ReverseRule("Response Topic", _reply_to, "`reply-to` (a topic address, through "
+                    "`amqp.address_template` or RabbitMQ's forms, as its topic)", "-"),
         ReverseRule("User Properties", _user_properties, "application properties but "
                     f"`{ID_PROPERTY}`, values as text (or `{ANN_USER_PROPERTIES}`, ordered)",
                     "MQTT-3.3.2-18"),
@@ -282,18 +372,21 @@ if set(REVERSE) != set(PROFILES):  # one reverse table per forward profile
     raise RuntimeError(f"reverse mapping profiles {sorted(REVERSE)} differ from {sorted(PROFILES)}")
 
 
-def map_message(message, address: str | None, profile: str, now: float):
+def map_message(message, address: str | None, profile: str, now: float,
+                address_template: str | None = None):
     """The :class:`Downlink` of a proton ``message`` received on ``address``
     (``now``: epoch seconds), :data:`OWN` for a message lakegate forwarded;
-    raises :class:`ReverseMappingError`."""
+    raises :class:`ReverseMappingError`. ``address_template``: the
+    configured ``amqp.address_template``, whose addresses name topics too
+    (a ``reply-to``, the link's address)."""
     props = message.properties or {}
     if ID_PROPERTY in props:
         return OWN
     ann = {str(k): v for k, v in (message.annotations or {}).items()}
     if message.subject == "pubrel":
-        return Downlink(topic=message.address or topic_of_address(address) or "", qos=2,
-                        pubrel=True, message_id=message.id)
-    out = Downlink(message_id=message.id)
+        return Downlink(topic=text_of(message.address or topic_of_address(address, address_template)
+                                      or ""), qos=2, pubrel=True, message_id=message.id)
+    out = Downlink(message_id=message.id, template=address_template)
     for rule in REVERSE[profile]:
         rule.read(message, address, ann, now, out)
     return out

@@ -65,7 +65,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from bridge.amqp.receiver import DownlinkReceiver
-from bridge.amqp.reverse import OWN, Downlink, ReverseMappingError
+from bridge.amqp.reverse import OWN, Downlink, ReverseMappingError, text_of
 from bridge.config import AmqpConfig
 from bridge.edge.actions import Send
 from bridge.edge.delivery import RECEIVED
@@ -77,13 +77,20 @@ from bridge.topic_filter import matches
 if TYPE_CHECKING:
     from bridge.edge.connection import Connection
 
-__all__ = ["DownlinkHub", "NO_SUBSCRIPTION", "Pending"]
+__all__ = ["DownlinkHub", "NO_SUBSCRIPTION", "PUBREL_UNKNOWN", "Pending"]
 
 log = logging.getLogger("bridge.edge.downlink")
 
 NO_SUBSCRIPTION = "LG-amqp-no-subscription"
+#: an AMQP_PUBREL whose message-id no QoS 2 message delivered here awaits
+PUBREL_UNKNOWN = "LG-amqp-pubrel-unknown"
 #: QoS 2 messages remembered for their AMQP_PUBREL, at most (the oldest go)
 _MAX_AWAITING = 100_000
+
+
+def _id_text(message_id: Any) -> str:
+    """A message-id for a log line or a description: its value, not a repr."""
+    return "none" if message_id is None else repr(text_of(message_id)[:128])
 
 
 class Pending:
@@ -232,7 +239,8 @@ class DownlinkHub:
             return
         if isinstance(result, ReverseMappingError):
             self.stats["rejected"] += 1
-            log.warning("AMQP downlink: message on %s rejected: %s", address, result)
+            log.warning("AMQP downlink: message on %s rejected [%s]: %s", address, result.rule,
+                        str(result)[:512])
             self._settle(token, "rejected", "amqp:decode-error", str(result))
             return
         dl: Downlink = result
@@ -265,6 +273,11 @@ class DownlinkHub:
         if not targets:
             self.stats["rejected"] += 1
             where = f"client {cid}" if cid is not None else "this edge"
+            # brokers that dead-letter a rejected message drop its reason:
+            # the operator sees it here, once per rejection (no payload)
+            log.warning("AMQP downlink: message on %s rejected [%s]: no subscription of %s matches "
+                        "topic %r (QoS %d, %d bytes, message-id %s)", address, NO_SUBSCRIPTION, where,
+                        dl.topic, dl.qos, len(dl.payload), _id_text(dl.message_id))
             self._settle(token, "rejected", "amqp:not-found",
                          f"[{NO_SUBSCRIPTION}] no subscription of {where} matches topic "
                          f"{dl.topic!r}")
@@ -340,8 +353,13 @@ class DownlinkHub:
         key = None if dl.message_id is None else str(dl.message_id)
         first = self.awaiting.pop(key, None) if key is not None else None
         if first is None:
+            self.stats["rejected"] += 1
+            log.warning("AMQP downlink: AMQP_PUBREL on %s rejected [%s]: no QoS 2 message with "
+                        "message-id %s awaits it here (topic %r)", address, PUBREL_UNKNOWN,
+                        _id_text(dl.message_id), dl.topic)
             self._settle(token, "rejected", "amqp:not-found",
-                         f"no QoS 2 message with message-id {key!r} awaits AMQP_PUBREL here")
+                         f"[{PUBREL_UNKNOWN}] no QoS 2 message with message-id "
+                         f"{_id_text(dl.message_id)} awaits AMQP_PUBREL here")
             return
         self.stats["pubrel"] += 1
         p = Pending(self, token)

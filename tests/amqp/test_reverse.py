@@ -140,3 +140,121 @@ def test_lg_amqp_no_topic_a_wildcard_address_names_no_topic_and_x_routing_key_do
     d = map_message(msg(body=b"x", annotations={symbol("x-routing-key"): "site.a.temp"}),
                     "/topic/site.#", "seed", NOW)
     assert d.topic == "site/a/temp"
+
+
+# ------------------------------------------------ absent and typed values (issue 39, items 1-2)
+def wire(m: Message) -> Message:
+    """``m`` as a peer receives it: encoded and decoded by proton."""
+    out = Message()
+    out.decode(m.encode())
+    return out
+
+
+def test_absent_fields_map_to_absent_mqtt_properties():
+    d = map_message(wire(msg(address="t/1", body=b"p")), None, "seed", NOW)
+    assert d.content_type is None  # proton 0.40 reads it as symbol('None')
+    assert (d.correlation_data, d.response_topic, d.payload_format_indicator, d.expiry) == (
+        None, None, None, None)
+    assert d.user_properties == [] and d.retain is False and d.qos == 0
+
+
+def test_a_content_type_that_says_none_is_kept():
+    d = map_message(wire(msg(address="t/1", body=b"p", content_type="None")), None, "seed", NOW)
+    assert d.content_type == "None"
+
+
+@pytest.mark.parametrize("profile", sorted(REVERSE))
+def test_typed_values_become_their_text_in_every_field(profile):
+    from proton import byte, char, float32, short, timestamp, ubyte, uint, ulong, ushort
+
+    props = {"u": uint(7), "neg": int32(-3), "l": ulong(2**40), "b": True, "f": False, "by": byte(-1),
+             "ub": ubyte(255), "sh": short(-2), "us": ushort(9), "c": char("z"), "sym": symbol("s"),
+             "ts": timestamp(1_700_000_000_000), "fl": float32(1.5), "d": 0.25, "n": None,
+             "bin": b"\xc3\xa9", "uu": uuid.UUID(int=1), "list": [uint(1), "x", True],
+             "map": {symbol("k"): int32(2)}}
+    m = msg(address=symbol("t/typed"), body=b"p", properties=props, correlation_id=ulong(42),
+            reply_to=symbol("/topic/resp.dev7"), content_type=symbol("text/plain"),
+            annotations={symbol(QOS[profile]): ubyte(1), symbol(RETAIN[profile]): True})
+    d = map_message(wire(m), None, profile, NOW)
+    assert d.topic == "t/typed" and d.qos == 1 and d.retain is True
+    assert d.correlation_data == b"42" and d.response_topic == "resp/dev7" and d.content_type == "text/plain"
+    assert dict(d.user_properties) == {
+        "u": "7", "neg": "-3", "l": str(2**40), "b": "true", "f": "false", "by": "-1", "ub": "255",
+        "sh": "-2", "us": "9", "c": "z", "sym": "s", "ts": "1700000000000", "fl": "1.5", "d": "0.25",
+        "n": "", "bin": "é", "uu": str(uuid.UUID(int=1)), "list": '[1,"x",true]', "map": '{"k":2}'}
+    assert all("(" not in v for _, v in d.user_properties)
+
+
+@pytest.mark.parametrize("profile", sorted(REVERSE))
+def test_lg_amqp_qos_a_typed_qos_out_of_range_is_described_by_its_value(profile):
+    from proton import uint
+
+    with pytest.raises(ReverseMappingError) as e:
+        map_message(wire(msg(address="t", body=b"", annotations={symbol(QOS[profile]): uint(5)})),
+                    None, profile, NOW)
+    assert e.value.rule == BAD_QOS and "'5'" in str(e.value) and "uint" not in str(e.value)
+
+
+def test_retain_annotation_as_text():
+    for text, want in (("true", True), ("false", False), ("0", False)):
+        d = map_message(wire(msg(address="t", body=b"", annotations={symbol("x-retain"): text})),
+                        None, "seed", NOW)
+        assert d.retain is want, text
+
+
+def test_lg_amqp_payload_format_an_indicator_other_than_0_or_1_is_rejected():
+    from proton import ubyte
+
+    from bridge.amqp.mapping import ANN_PAYLOAD_FORMAT
+    from bridge.amqp.reverse import BAD_PFI
+
+    ok = map_message(wire(msg(address="t", body=b"", annotations={symbol(ANN_PAYLOAD_FORMAT): ubyte(1)})),
+                     None, "seed", NOW)
+    assert ok.payload_format_indicator == 1
+    for bad in (ubyte(2), "x"):
+        with pytest.raises(ReverseMappingError) as e:
+            map_message(wire(msg(address="t", body=b"", annotations={symbol(ANN_PAYLOAD_FORMAT): bad})),
+                        None, "seed", NOW)
+        assert e.value.rule == BAD_PFI and "MQTT-3.3.2-4" in str(e.value)
+
+
+# ------------------------------------------------ the configured address template (issue 39, item 3)
+@pytest.mark.parametrize("template, address, topic", [
+    ("topic://{routing_key}", "topic://resp.dev7", "resp/dev7"),
+    ("topic://{topic}", "topic://resp/dev7", "resp/dev7"),
+    ("/exchange/events/{routing_key}", "/exchange/events/a.b.c", "a/b/c"),
+    ("{routing_key}", "a.b", "a/b"),
+    ("topic://{routing_key}", "/topic/x.y", "x/y"),  # RabbitMQ's forms still understood
+    ("topic://{routing_key}", "queue://orders", None),
+    ("topic://{routing_key}", "topic://", None),
+    (None, "topic://x.y", None),
+])
+def test_topic_of_address_inverts_the_address_template(template, address, topic):
+    assert topic_of_address(address, template) == topic
+
+
+def test_request_response_through_another_peers_template():
+    t = "topic://{routing_key}"
+    d = map_message(wire(msg(address="t/req", body=b"", reply_to="topic://resp.dev7")), None, "seed",
+                    NOW, address_template=t)
+    assert d.response_topic == "resp/dev7"
+    # no 'to': the topic is the link's address, read through the template
+    d = map_message(wire(msg(body=b"x")), "topic://cmd.devices.9", "seed", NOW, address_template=t)
+    assert d.topic == "cmd/devices/9"
+    # the forward mapping's reply-to and the reverse mapping agree
+    from bridge.amqp.mapping import address_for
+
+    assert topic_of_address(address_for("t/resp/1", t), t) == "t/resp/1"
+
+
+def test_lg_amqp_no_topic_an_activemq_wildcard_address_names_no_topic():
+    with pytest.raises(ReverseMappingError) as e:
+        map_message(wire(msg(body=b"x")), "topic://cmd.>", "seed", NOW, address_template="topic://{routing_key}")
+    assert e.value.rule == NO_TOPIC
+
+
+def test_the_readme_shows_the_seed_profiles_table_as_the_code_has_it():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert reverse_table_markdown("seed") in readme

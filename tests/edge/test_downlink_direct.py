@@ -102,15 +102,39 @@ def test_a_client_that_drops_unacknowledged_gets_its_delivery_released(direct, p
     assert peer.outcomes["x"][0] == "released"  # the peer may deliver it again, never accepted
 
 
-def test_no_subscription_matches_rejected_LG_amqp_no_subscription(direct, peer):
+def test_no_subscription_matches_rejected_LG_amqp_no_subscription(direct, peer, caplog):
     c = subscriber(direct, "dev9", 5, "devices/9/cmd", 1)
     address = "$mqtt.to.dev9"
     wait_for(lambda: address in peer.links, 15, "the edge's link")
-    peer.send(address, Message(address="devices/9/other", body=b"x",
-                               annotations={symbol("x-qos"): 1}), "other")
-    wait_for(lambda: "other" in peer.outcomes, 10, "the disposition")
+    with caplog.at_level("WARNING", logger="bridge.edge"):
+        peer.send(address, Message(address="devices/9/other", body=b"secret-payload", id="m-7",
+                                   annotations={symbol("x-qos"): 1}), "other")
+        wait_for(lambda: "other" in peer.outcomes, 10, "the disposition")
     assert peer.outcomes["other"][0] == "rejected"
     cond, why = peer.conditions["other"]
     assert cond == "amqp:not-found" and "[LG-amqp-no-subscription]" in why
+    # logged once, with rule, client, topic, size and id; never the payload
+    lines = [r.getMessage() for r in caplog.records if "LG-amqp-no-subscription" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "client dev9" in lines[0] and "'devices/9/other'" in lines[0] and "14 bytes" in lines[0]
+    assert "'m-7'" in lines[0] and "secret-payload" not in caplog.text
+    c.send(b"\xe0\x00")
+    c.close()
+
+
+def test_an_amqp_pubrel_nothing_awaits_is_rejected_and_logged_LG_amqp_pubrel_unknown(direct, peer, caplog):
+    from proton import ulong
+
+    c = subscriber(direct, "dev8", 5, "devices/8/cmd", 2)
+    address = "$mqtt.to.dev8"
+    wait_for(lambda: address in peer.links, 15, "the edge's link")
+    with caplog.at_level("WARNING", logger="bridge.edge"):
+        peer.send(address, Message(address="devices/8/cmd", subject="pubrel", id=ulong(77)), "rel")
+        wait_for(lambda: "rel" in peer.outcomes, 10, "the disposition")
+    assert peer.outcomes["rel"][0] == "rejected"
+    cond, why = peer.conditions["rel"]
+    assert cond == "amqp:not-found" and "[LG-amqp-pubrel-unknown]" in why and "'77'" in why
+    lines = [r.getMessage() for r in caplog.records if "LG-amqp-pubrel-unknown" in r.getMessage()]
+    assert len(lines) == 1 and "'77'" in lines[0] and "ulong" not in lines[0], lines
     c.send(b"\xe0\x00")
     c.close()
