@@ -26,7 +26,8 @@ Credit: each link is given ``credit`` (its window) at attach and one more
 per delivery settled, so at most ``credit`` unsettled messages per link are
 ever held (no unbounded buffering behind a slow MQTT client).
 
-Faults: a lost connection is reconnected with backoff and every link
+Faults: a lost connection is reconnected with backoff, at most
+``retry.RECONNECT_MAX_S`` between attempts, and every link
 attached again; a link the peer refuses (or whose session it ends) is
 attached again after a backoff of its own, logged each time; what was unsettled on the lost connection is the peer's to
 redeliver (nothing was accepted that was not delivered). Tokens of a lost
@@ -49,7 +50,7 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 from bridge.amqp.reactor import container
 
 from bridge.amqp.connection import peer_url
-from bridge.amqp.retry import backoff, condition_text
+from bridge.amqp.retry import RECONNECT_MAX_S, backoff, condition_text, reconnect_backoff
 from bridge.amqp.reverse import ReverseMappingError, map_message
 from bridge.config import AmqpConfig
 
@@ -265,7 +266,11 @@ class DownlinkReceiver(MessagingHandler):
         self.stats["reconnects"] += 1
         self.conn_up = False
         self.ready.clear()
-        self.reconnect_at = time.monotonic() + backoff(self.cfg, self.failures)
+        wait = reconnect_backoff(self.cfg, self.failures)
+        self.reconnect_at = time.monotonic() + wait
+        if self.failures == 1 or self.failures % 30 == 0:  # not one line every 2 s of an outage
+            log.info("AMQP downlink: connection to %s lost (%d failed attempts in a row); trying "
+                     "again every %.1f s at most", self.url, self.failures, RECONNECT_MAX_S)
         self.conn = None
         self.links.clear()
 
