@@ -19,7 +19,8 @@ Field by field (MQTT <- AMQP):
 * **topic** <- ``properties.to`` (the verbatim topic lakegate's forward
   mapping and the seed's AMQP_PUBLISH set), else RabbitMQ's
   ``x-routing-key`` annotation (a message published over AMQP 0-9-1), else
-  the link's address when it names one topic: ``/topic/<routing key>`` and
+  the link's address when it names one topic: the inverse of
+  ``amqp.address_template``, or RabbitMQ's ``/topic/<routing key>`` and
   ``/exchange/amq.topic/<routing key>`` give the routing key with ``.`` as
   ``/`` (RabbitMQ's MQTT plugin's rule, the inverse of
   :func:`bridge.amqp.mapping.routing_key`); any other address (a client's
@@ -43,18 +44,19 @@ Field by field (MQTT <- AMQP):
 * **Content Type** <- ``content-type`` (or the non-ASCII annotation the
   forward mapping uses), **Correlation Data** <- ``correlation-id`` (binary
   as is; a string as UTF-8; a number or UUID as its text),
-  **Response Topic** <- ``reply-to`` (a topic address as its topic, else
+  **Response Topic** <- ``reply-to`` (a topic address, read through
+  ``amqp.address_template`` or RabbitMQ's forms, as its topic, else
   verbatim), **User Properties** <- the application properties but
   ``lakegate-id``, in order, values as text (or the ordered annotation
   list, when present: lossless), **Payload Format Indicator** <- its
   annotation (0 or 1, else rejected [``LG-amqp-payload-format``]).
+* **PUBREL** <- ``subject`` "pubrel" (AMQP_PUBREL, QoS 2's second step):
+  :attr:`Downlink.pubrel`, with ``message-id``.
 
 Typed AMQP values (uint, int, long, boolean, symbol, timestamp, ...) become
 what they say, never a Python repr (:func:`text_of`: ``uint(7)`` -> ``7``,
 ``True`` -> ``true``); an absent ``content-type`` is no Content Type
 (python-qpid-proton 0.40 reads it as ``symbol('None')``).
-* **PUBREL** <- ``subject`` "pubrel" (AMQP_PUBREL, QoS 2's second step):
-  :attr:`Downlink.pubrel`, with ``message-id``.
 """
 
 from __future__ import annotations
