@@ -26,6 +26,15 @@ Credit: each link is given ``credit`` (its window) at attach and one more
 per delivery settled, so at most ``credit`` unsettled messages per link are
 ever held (no unbounded buffering behind a slow MQTT client).
 
+Detach: a link detached while deliveries on it are still unsettled gets no
+more credit, but stays attached until the caller settled them (at most
+``_DETACH_GRACE_S``), then goes: a disposition cannot follow the link's
+detach (proton writes none), so a release the caller sends just after
+:meth:`detach` (a client's clean session ended, its outbox releases what the
+link left) would never reach the peer, which would hold the message
+unsettled until the connection ends. What arrives on such a link in the
+meantime is released at once.
+
 Faults: a lost connection is reconnected with backoff, at most
 ``retry.RECONNECT_MAX_S`` between attempts, and every link
 attached again; a link the peer refuses (or whose session it ends) is
@@ -43,7 +52,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from proton import Condition, Delivery, Handler, symbol
+from proton import Condition, Delivery, Endpoint, Handler, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
@@ -60,6 +69,8 @@ log = logging.getLogger("bridge.amqp")
 
 OUTCOMES = ("accepted", "released", "modified", "rejected")
 _TICK_S = 0.5
+#: how long a detached link waits for its unsettled deliveries to be settled
+_DETACH_GRACE_S = 10.0
 
 
 class _Token:
@@ -99,6 +110,9 @@ class DownlinkReceiver(MessagingHandler):
         #: address -> (credit, durable), every link wanted (attached again after a reconnect)
         self.wanted: dict[str, tuple[int, bool]] = {}
         self.links: dict[str, Any] = {}
+        #: (link, deadline): detached by the caller, waiting for what it left
+        #: unsettled to be settled before it goes (the module docstring)
+        self.closing: list[tuple[Any, float]] = []
         self.stopping = False
         self.names = itertools.count(1)
         self.stats = {"received": 0, "accepted": 0, "released": 0, "modified": 0, "rejected": 0,
@@ -170,6 +184,7 @@ class DownlinkReceiver(MessagingHandler):
         self.conn = self.container.connect(url=self.url, **kwargs)
         self.conn_up = False
         self.links.clear()
+        self.closing.clear()
 
     def on_connection_opened(self, event: Any) -> None:
         self.conn_up = True
@@ -273,11 +288,20 @@ class DownlinkReceiver(MessagingHandler):
                      "again every %.1f s at most", self.url, self.failures, RECONNECT_MAX_S)
         self.conn = None
         self.links.clear()
+        self.closing.clear()
 
     def on_message(self, event: Any) -> None:
         delivery = event.delivery
         link = event.link
         address = link.source.address
+        if self.links.get(address) != link and self._is_closing(link):
+            # detached by the caller, still attached for what it left
+            # unsettled: nothing new is taken on it, the peer keeps it
+            delivery.update(Delivery.RELEASED)
+            delivery.settle()
+            self.stats["released"] += 1
+            self._close_if_done(link)
+            return
         self.stats["received"] += 1
         token = _Token(delivery, link, self.epoch, address)
         try:
@@ -306,9 +330,31 @@ class DownlinkReceiver(MessagingHandler):
         self.wanted.pop(address, None)
         self.refused.pop(address, None)
         link = self.links.pop(address, None)
-        if link is not None:
-            link.close()
-            link.session.close()
+        if link is None:
+            return
+        if link.unsettled:
+            # settled later (a release just after the detach): it stays
+            # attached, without more credit, until they are (the module docstring)
+            self.closing.append((link, time.monotonic() + _DETACH_GRACE_S))
+        else:
+            self._close(link)
+
+    @staticmethod
+    def _close(link: Any) -> None:
+        link.close()
+        link.session.close()
+
+    def _is_closing(self, link: Any) -> bool:
+        return any(ln == link for ln, _ in self.closing)  # == compares the C link
+
+    def _close_if_done(self, link: Any) -> None:
+        """A detached link goes once nothing on it is unsettled."""
+        for i, (ln, _) in enumerate(self.closing):
+            if ln == link:
+                if not link.unsettled:
+                    del self.closing[i]
+                    self._close(link)
+                return
 
     def _do_settle(self, token: _Token, outcome: str, condition: str | None,
                    description: str | None) -> None:
@@ -329,6 +375,8 @@ class DownlinkReceiver(MessagingHandler):
         self.stats[outcome] += 1
         if self.links.get(token.address) == token.link:  # not a detached link's (== compares the C link)
             token.link.flow(1)  # one more may come: the window stays the same
+        elif self.closing:
+            self._close_if_done(token.link)  # its disposition goes before the detach
 
     def _do_stop(self) -> None:
         self.stopping = True
@@ -343,6 +391,8 @@ class DownlinkReceiver(MessagingHandler):
         if self.stopping:
             return
         now = time.monotonic()
+        if self.closing:
+            self._expire_closing(now)
         if self.conn is None and now >= self.reconnect_at:
             self._connect()
         elif self.conn_up and self.refused:
@@ -350,6 +400,26 @@ class DownlinkReceiver(MessagingHandler):
                 if now >= at and address in self.wanted and address not in self.links:
                     self._open_link(address, *self.wanted[address])
         self.container.schedule(_TICK_S, _Tick(self))
+
+    def _expire_closing(self, now: float) -> None:
+        """A detached link whose deliveries were not settled within the
+        grace, or that the peer ended itself, goes now (what is unsettled
+        is the peer's to deliver again)."""
+        keep = []
+        for link, deadline in self.closing:
+            gone = (link.state | link.session.state) & Endpoint.REMOTE_CLOSED
+            if not gone and now < deadline:
+                keep.append((link, deadline))
+                continue
+            if not gone:
+                log.warning("AMQP downlink: link on %s detached with %d deliveries still unsettled "
+                            "after %.0f s; they are the peer's to deliver again", link.source.address,
+                            link.unsettled, _DETACH_GRACE_S)
+            try:
+                self._close(link)
+            except Exception:  # already closed
+                pass
+        self.closing = keep
 
 
 class _Tick(Handler):

@@ -202,10 +202,12 @@ class DownlinkHub:
 
     def session_ended(self, client_id: str) -> None:
         """The session ended: stop receiving on its address. Called before
-        its outbox is cleared, so the link is detached before what it left
-        unsettled is released (the receiver's thread takes both in that
-        order): RabbitMQ delivers it again to the next link on the address,
-        not back to this one."""
+        its outbox is cleared, so the link gets no more credit before what
+        it left unsettled is released; the receiver keeps it attached until
+        those releases are sent, then detaches it (a disposition cannot
+        follow the detach: the peer would never see them,
+        ``DownlinkReceiver``, "Detach"). What arrives on it meanwhile is
+        released."""
         if not self.cfg.client_address_template:
             return
         address = self.address_of(client_id)

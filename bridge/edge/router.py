@@ -92,12 +92,15 @@ class Router:
         ``tree.sweep()`` calls (``SubscriptionTree.remove_client``); the
         caller makes them."""
         s = self.sessions.pop(client_id, None)
-        # the downlink detaches the client's own AMQP link first, then the
-        # outbox releases what it held: released while the link was still
-        # there (with credit left on it), RabbitMQ handed the message
-        # straight back to that link instead of the next one (seen under load).
-        # Whatever either raises, the session's subscriptions go (the caller
-        # gets the error once, after, and logs it with the session's id).
+        # the downlink detaches the client's own AMQP link first (it gets no
+        # more credit; it stays attached until what it left unsettled is
+        # settled, bridge.amqp.receiver), then the outbox releases what it
+        # held, so the release reaches the peer before the link goes and the
+        # message waits for the client's next link: released while the link
+        # still had credit, RabbitMQ handed it straight back to that link
+        # (seen under load). Whatever either raises, the session's
+        # subscriptions go (the caller gets the error once, after, and logs
+        # it with the session's id).
         try:
             if self.on_drop is not None:
                 self.on_drop(client_id)

@@ -39,6 +39,8 @@ class DirectPeer(MessagingHandler):
             self.port = s.getsockname()[1]
         self.url = f"amqp://127.0.0.1:{self.port}"
         self.links: dict[str, Any] = {}
+        #: every connection the edge made (closed at :meth:`stop`)
+        self.connections: list[Any] = []
         self.pending: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self.names: dict[Any, str] = {}
         self.outcomes: dict[str, tuple[str, float]] = {}
@@ -71,6 +73,9 @@ class DirectPeer(MessagingHandler):
         self.acceptor = event.container.listen(f"127.0.0.1:{self.port}")
         self.listening.set()
 
+    def on_connection_opening(self, event: Any) -> None:
+        self.connections.append(event.connection)
+
     def on_link_opening(self, event: Any) -> None:
         link = event.link
         if link.is_sender and link.remote_source and link.remote_source.address:
@@ -80,7 +85,8 @@ class DirectPeer(MessagingHandler):
 
     def on_link_closing(self, event: Any) -> None:
         link = event.link
-        if link.is_sender and self.links.get(link.source.address) is link:
+        # == (the C link), not `is`: proton hands out a new wrapper per event
+        if link.is_sender and self.links.get(link.source.address) == link:
             del self.links[link.source.address]
 
     def on_sendable(self, event: Any) -> None:
@@ -100,8 +106,8 @@ class DirectPeer(MessagingHandler):
                 return
             if cmd is None:
                 self.acceptor.close()
-                for link in list(self.links.values()):
-                    link.connection.close()
+                for conn in self.connections:
+                    conn.close()
                 self.injector.close()
                 return
             address, message, name = cmd

@@ -138,3 +138,67 @@ def test_an_amqp_pubrel_nothing_awaits_is_rejected_and_logged_LG_amqp_pubrel_unk
     assert len(lines) == 1 and "'77'" in lines[0] and "ulong" not in lines[0], lines
     c.send(b"\xe0\x00")
     c.close()
+
+
+def test_a_release_after_the_detach_was_taken_still_reaches_the_peer():
+    """The race behind the test above, made certain: the session's end
+    detaches the client's link, and its outbox releases what the link left
+    unsettled just after; under load the receiver's thread takes the detach
+    in one wake and the release in the next. A disposition cannot follow
+    the link's detach, so the link stays attached (without more credit)
+    until what it left unsettled is settled, then goes."""
+    from bridge.amqp.receiver import DownlinkReceiver
+    from bridge.config import load_config
+
+    got: list = []
+    peer = DirectPeer().start()  # stopped before the receiver, as the edge's tests do
+    cfg = load_config(None, [f"amqp.url={peer.url}", "amqp.retry_backoff_s=0.1"], env={}).amqp
+    rx = DownlinkReceiver(cfg, lambda address, result, token: got.append(token)).start()
+    try:
+        assert rx.ready.wait(15), "the receiver did not connect"
+        address = "$mqtt.to.devR"
+        rx.attach(address, credit=2, durable=True)
+        wait_for(lambda: address in peer.links, 15, "the receiver's link")
+        peer.send(address, Message(address="devices/R/cmd", body=b"r",
+                                   annotations={symbol("x-qos"): 1}), "r")
+        token = wait_for(lambda: got and got[0], 10, "the delivery, held unsettled")
+        rx.detach(address)
+        wait_for(lambda: address not in rx.links, 10, "the detach, taken by the receiver's thread")
+        rx.settle(token, "released")  # a later wake than the detach's
+        wait_for(lambda: "r" in peer.outcomes, 10, "the release")
+        assert peer.outcomes["r"][0] == "released"
+        wait_for(lambda: address not in peer.links, 10, "the link detached, nothing left unsettled")
+    finally:
+        peer.stop()
+        rx.stop()
+
+
+def test_a_detached_link_takes_nothing_new_and_goes_after_the_grace(monkeypatch):
+    """While a detached link waits for what it left unsettled, what arrives
+    on it is released at once; if the caller never settles, the link goes
+    after ``_DETACH_GRACE_S`` all the same."""
+    import bridge.amqp.receiver as receiver
+    from bridge.config import load_config
+
+    monkeypatch.setattr(receiver, "_DETACH_GRACE_S", 3.0)  # > the late one's round trip under load
+    got: list = []
+    peer = DirectPeer().start()
+    cfg = load_config(None, [f"amqp.url={peer.url}", "amqp.retry_backoff_s=0.1"], env={}).amqp
+    rx = receiver.DownlinkReceiver(cfg, lambda address, result, token: got.append(token)).start()
+    try:
+        assert rx.ready.wait(15), "the receiver did not connect"
+        address = "$mqtt.to.devG"
+        rx.attach(address, credit=2, durable=True)
+        wait_for(lambda: address in peer.links, 15, "the receiver's link")
+        peer.send(address, Message(address="devices/G/cmd", body=b"1"), "held")
+        wait_for(lambda: got, 10, "the first delivery, held unsettled")
+        rx.detach(address)
+        wait_for(lambda: address not in rx.links, 10, "the detach, taken by the receiver's thread")
+        peer.send(address, Message(address="devices/G/cmd", body=b"2"), "late")  # the credit left
+        wait_for(lambda: "late" in peer.outcomes, 10, "the late one's disposition")
+        assert peer.outcomes["late"][0] == "released" and len(got) == 1
+        wait_for(lambda: address not in peer.links, 10, "the link gone after the grace")
+        assert "held" not in peer.outcomes  # never settled: the peer's to deliver again
+    finally:
+        peer.stop()
+        rx.stop()
