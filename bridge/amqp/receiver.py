@@ -264,8 +264,7 @@ class DownlinkReceiver(MessagingHandler):
         log.error("AMQP downlink: link on %s refused: %s; attaching it again in %.1f s", address, why,
                   wait)
         try:
-            link.close()
-            link.session.close()
+            self._close(link)
         except Exception:  # already closed by the peer
             pass
 

@@ -66,6 +66,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import cproton  # python-qpid-proton's C binding (_content_type_of)
+
 from bridge.amqp.mapping import (
     ANN_CONTENT_TYPE, ANN_PAYLOAD_FORMAT, ANN_USER_PROPERTIES, ID_PROPERTY, PROFILES,
 )
@@ -216,15 +218,9 @@ def _content_type_of(m) -> str | None:
     """The message's content-type, None when absent: python-qpid-proton
     0.40 reads an absent one as ``symbol('None')`` (its getter wraps the C
     NULL), so the C field is asked directly."""
-    raw = getattr(m, "_msg", None)
-    if raw is not None:
-        try:
-            import cproton
-
-            ct = cproton.pn_message_get_content_type(raw)
-        except (ImportError, AttributeError, TypeError):
-            ct = m.content_type
-    else:
+    try:
+        ct = cproton.pn_message_get_content_type(m._msg)
+    except AttributeError:  # not a proton Message (or a proton without that field)
         ct = m.content_type
     return None if ct is None else text_of(ct)
 
