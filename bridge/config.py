@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bridge.config_sections import (AmqpConfig, CaptureConfig, EdgeConfig, JobConfig, MetricsConfig, SparkConfig,
                                     SqlConfig, TablesConfig, TapConfig)
+from bridge.peers import PEERS
 
 __all__ = [
     "AmqpConfig",
@@ -159,9 +160,11 @@ class Config:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "amqp.profile": ("seed", "enmasse"),
+    "amqp.peer": ("rabbitmq", "artemis", "generic"),
     "amqp.qos2_rcv_settle_mode": ("profile", "first", "second"),
     "amqp.downlink_pubrel": ("peer", "edge"),
     "amqp.forward_by": ("auto", "edge", "job"),
+    "amqp.anonymous_relay": ("auto", "on", "off"),
     "edge.ack_after": ("capture", "forward"),
     "tables.engine": ("auto", "delta-rs", "delta-spark"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -287,6 +290,10 @@ def _validate(key: str, value: Any, source: str) -> None:
         raise ConfigError(key, source, f"must be at most 65535 (MQTT's limit), got {value!r}")
     if key == "edge.max_packet_bytes" and value > 268435460:
         raise ConfigError(key, source, f"must be at most 268435460 (MQTT's limit), got {value!r}")
+    if key == "amqp.max_links" and value < 2:
+        raise ConfigError(key, source, f"must be 2 or more (an address's QoS 0/1 and QoS 2 links must fit together), "
+                          f"got {value!r}; there is no unbounded setting: a link per topic is what made the peer "
+                          "stop answering attaches (issue 39)")
     if key == "amqp.address_template" and "{topic}" not in value and "{routing_key}" not in value:
         raise ConfigError(key, source, "must contain {topic} or {routing_key}")
     if key == "tap.broker" and value:
@@ -404,8 +411,22 @@ def load_config(
             raise ConfigError(item, "--set", "expected KEY=VALUE")
         key, text = item.split("=", 1)
         _set(cfg, key.strip(), text, f"--set {key.strip()}", from_text=True)
+    _peer_defaults(cfg)
     _check_together(cfg)
     return cfg
+
+
+#: keys whose default is the AMQP peer's (``amqp.peer``, :mod:`bridge.peers`)
+PEER_KEYS = ("address_template", "client_address_template", "downlink_topic_address", "address_refuse")
+
+
+def _peer_defaults(cfg: Config) -> None:
+    """Give each of :data:`PEER_KEYS` the peer's value unless it was set."""
+    peer = PEERS[cfg.amqp.peer]
+    for name in PEER_KEYS:
+        key = f"amqp.{name}"
+        if key not in cfg.sources:
+            setattr(cfg.amqp, name, getattr(peer, "refuse" if name == "address_refuse" else name))
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

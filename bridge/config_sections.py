@@ -135,10 +135,21 @@ class AmqpConfig:
     """AMQP 1.0 forwarding. An empty url turns forwarding off."""
 
     url: str = "amqp://guest:guest@127.0.0.1:5672"
-    #: Target address per MQTT topic. Placeholders: {topic} (verbatim MQTT
-    #: topic) and {routing_key} (topic with '/' mapped to '.', for RabbitMQ's
-    #: ``/topic/<routing key>`` addresses).
+    #: The kind of AMQP 1.0 peer at ``url``: "rabbitmq" (3.x, its AMQP 1.0
+    #: plugin), "artemis" (ActiveMQ Artemis) or "generic" (any other broker
+    #: or router: no assumption a plain AMQP 1.0 node would not honour).
+    #: Gives the address keys below their values when they are not set
+    #: (``bridge.peers``).
+    peer: str = "rabbitmq"
+    #: Target address per MQTT topic (default: the peer's). Placeholders:
+    #: {topic} (verbatim MQTT topic) and {routing_key} (topic with '/' mapped
+    #: to '.', for RabbitMQ's ``/topic/<routing key>`` addresses).
     address_template: str = "/topic/{routing_key}"
+    #: Space-separated text a topic must not hold once it is part of an
+    #: address, because the peer gives it a meaning (a wildcard, a list of
+    #: destinations); such a message is quarantined (forward) or rejected
+    #: (downlink), LG-amqp-address-chars. Default: the peer's.
+    address_refuse: str = ""
     #: "seed" (the front-end design's mapping) or "enmasse" (its later revision).
     profile: str = "seed"
     #: SASL mechanisms to allow, space separated (PLAIN, ANONYMOUS).
@@ -151,6 +162,17 @@ class AmqpConfig:
     #: this is taken for dead (a black-holed connection) and reconnected.
     idle_timeout_s: float = 5.0
     link_idle_s: float = 300.0
+    #: Sender links open at most (2 or more: an address's QoS 0/1 and QoS 2
+    #: links must fit together; no unbounded setting: a link per topic is
+    #: what stopped RabbitMQ answering, issue 39). A new address takes the
+    #: place of the least recently used idle link, or waits for one.
+    max_links: int = 1000
+    #: The peer's anonymous relay (one link per QoS class, each message's
+    #: ``to`` its address), when it offers ANONYMOUS-RELAY: "auto" (only
+    #: when address_template is "{topic}", so ``to`` stays the topic),
+    #: "on" (with any template: ``to`` is then the address, not the topic)
+    #: or "off" (``bridge.amqp.links``).
+    anonymous_relay: str = "auto"
     disposition_timeout_s: float = 30.0
     max_retries: int = 5
     retry_backoff_s: float = 0.5
@@ -161,13 +183,14 @@ class AmqpConfig:
     #: AMQP -> MQTT (the edge's receiving links, ``bridge.edge.downlink``):
     #: off unless true (the edge then receives from ``url``).
     downlink: bool = False
-    #: Each connected client's own address ({client_id}); the seed's
-    #: ``$mqtt.to.{client_id}``. RabbitMQ 3.x takes only its own address
-    #: forms: ``/queue/mqtt.to.{client_id}`` (a queue it keeps while the
-    #: client is away). Empty: no per-client links.
-    client_address_template: str = "$mqtt.to.{client_id}"
+    #: Each connected client's own address ({client_id}); default: the
+    #: peer's (the seed's ``$mqtt.to.{client_id}`` for "generic"; RabbitMQ
+    #: 3.x takes only its own address forms: ``/queue/mqtt.to.{client_id}``,
+    #: a queue it keeps while the client is away). Empty: no per-client links.
+    client_address_template: str = "/queue/mqtt.to.{client_id}"
     #: The one topic link of the edge (messages sent to a topic address,
-    #: matched against the edge's subscriptions); empty: none.
+    #: matched against the edge's subscriptions); default: the peer's;
+    #: empty: none.
     downlink_topic_address: str = "/topic/#"
     #: Unsettled messages the topic link holds at most (its credit).
     downlink_credit: int = 100

@@ -33,7 +33,9 @@ from proton import Message, int32, symbol, timestamp, ubyte, ulong
 __all__ = [
     "ANN_CONTENT_TYPE",
     "ANN_PAYLOAD_FORMAT",
+    "ADDRESS_CHARS",
     "ANN_USER_PROPERTIES",
+    "AddressCharsError",
     "ID_PROPERTY",
     "LINK_QOS01",
     "LINK_QOS2",
@@ -48,6 +50,7 @@ __all__ = [
     "address_for",
     "identity",
     "map_row",
+    "refused_in",
     "mapping_table_markdown",
     "routing_key",
     "user_properties_map",
@@ -80,6 +83,10 @@ UNFORWARDABLE = "LG-amqp-unforwardable"
 #: condition of :data:`bridge.amqp.retry.MESSAGE_FAULT_CONDITIONS` on every
 #: attempt, or larger than the link's max-message-size): quarantined too.
 REJECTED = "LG-amqp-rejected"
+#: Rule id of a topic holding text the peer reads in an address (a wildcard,
+#: a list of destinations, a queue name): quarantined (forward) or
+#: rejected (downlink), never split or re-routed (``bridge.peers``).
+ADDRESS_CHARS = "LG-amqp-address-chars"
 
 LINK_QOS01 = "qos01"
 LINK_QOS2 = "qos2"
@@ -102,6 +109,7 @@ class Ctx(NamedTuple):
     now: float  # epoch seconds: the send time
     address_template: str
     expires_at: float | None  # epoch seconds, from the Message Expiry Interval
+    refuse: str = ""  # amqp.address_refuse
 
 
 @dataclass(frozen=True)
@@ -195,7 +203,7 @@ def _correlation(row: Mapping[str, Any], ctx: Ctx) -> Any:
 
 def _reply_to(row: Mapping[str, Any], ctx: Ctx) -> Any:
     rt = row.get("response_topic")
-    return None if rt is None else address_for(rt, ctx.address_template)
+    return None if rt is None else address_for(rt, ctx.address_template, ctx.refuse)
 
 
 def _user_props(row: Mapping[str, Any], ctx: Ctx) -> Any:
@@ -288,16 +296,43 @@ def routing_key(topic: str) -> str:
     return topic.replace("/", ".")
 
 
-def address_for(topic: str, template: str) -> str:
+class AddressCharsError(ValueError):
+    """A topic holds text the peer gives a meaning in an address
+    [LG-amqp-address-chars]: the message is quarantined, never split or
+    re-routed (:mod:`bridge.amqp.unforwardable` reads ``rule``)."""
+
+    rule = ADDRESS_CHARS
+
+
+def refused_in(topic: str, template: str, refuse: str) -> str | None:
+    """The first text of ``refuse`` (space-separated, ``amqp.address_refuse``)
+    that ``topic`` holds, else None. (A ``.`` in a topic stays a word
+    separator of the routing key, as in RabbitMQ's own MQTT plugin.)"""
+    for text in refuse.split():
+        if text in topic:
+            return text
+    return None
+
+
+def address_for(topic: str, template: str, refuse: str = "") -> str:
     """The AMQP target address for ``topic`` through ``amqp.address_template``.
 
     ``{topic}`` is the topic verbatim, ``{routing_key}`` is :func:`routing_key`;
-    other braces in the template are left alone. Kept for the last 4,096
-    (topic, template) pairs: devices publish to the same topics again.
+    other braces in the template are left alone. Raises
+    :class:`AddressCharsError` when the topic holds text the peer would read
+    (:func:`refused_in`). Kept for the last 4,096 (topic, template, refuse)
+    triples: devices publish to the same topics again.
     """
-    key = (topic, template)
+    key = (topic, template, refuse)
     out = _ADDRESSES.get(key)
     if out is None:
+        bad = refused_in(topic, template, refuse) if ("{topic}" in template or "{routing_key}" in template) \
+            else None
+        if bad is not None:
+            raise AddressCharsError(
+                f"[{ADDRESS_CHARS}] topic {topic[:200]!r} ({len(topic)} chars) holds {bad!r}, which the "
+                f"AMQP peer reads in an address made by {template!r} (amqp.address_refuse, amqp.peer); "
+                "not forwarded, never split or re-routed")
         out = _address_for(topic, template)
         if len(_ADDRESSES) >= 4096:
             _ADDRESSES.clear()
@@ -305,7 +340,7 @@ def address_for(topic: str, template: str) -> str:
     return out
 
 
-_ADDRESSES: dict[tuple[str, str], str] = {}
+_ADDRESSES: dict[tuple[str, str, str], str] = {}
 
 
 def _address_for(topic: str, template: str) -> str:
@@ -456,7 +491,8 @@ def _apply(msg: Message, rule: Rule, value: Any, ann: dict, props: dict) -> None
         raise MappingError(f"no way to set {s} field {n!r}")
 
 
-def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: float) -> tuple[Outgoing, tuple[Rule, ...]]:
+def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: float,
+           refuse: str = "") -> tuple[Outgoing, tuple[Rule, ...]]:
     kind = row.get("kind") or "publish"
     if kind == "publish":
         rules, qos = prof.publish, _qos(row)
@@ -471,7 +507,7 @@ def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: fl
     part, off = row.get("partition"), row.get("offset")
     out = Outgoing(
         message=None,
-        address=address_for(topic, address_template),
+        address=address_for(topic, address_template, refuse),
         link=LINK_QOS2 if qos == 2 else LINK_QOS01,
         qos=qos,
         kind=kind,
@@ -483,19 +519,22 @@ def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: fl
     return out, rules
 
 
-def map_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float) -> Outgoing:
+def map_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float,
+            refuse: str = "") -> Outgoing:
     """Map one FORWARD_DDL row (a dict) to an :class:`Outgoing` with a proton Message.
 
-    ``now`` is the send time (epoch seconds) for the remaining lifetime.
-    An expired PUBLISH gives ``message=None``. Raises :class:`MappingError`
-    when the row has no topic or an unknown ``kind``.
+    ``now`` is the send time (epoch seconds) for the remaining lifetime;
+    ``refuse``: ``amqp.address_refuse``. An expired PUBLISH gives
+    ``message=None``. Raises :class:`MappingError` when the row has no topic
+    or an unknown ``kind``, :class:`AddressCharsError` when its topic (or
+    Response Topic) cannot be an address on the peer.
     """
     prof = PROFILES[profile] if isinstance(profile, str) else profile
-    out, rules = _start(row, prof, address_template, now)
+    out, rules = _start(row, prof, address_template, now, refuse)
     exp = out.expires_at
     if exp is not None and remaining_ms(exp, now) <= 0:
         return out
-    ctx = Ctx(now=now, address_template=address_template, expires_at=exp)
+    ctx = Ctx(now=now, address_template=address_template, expires_at=exp, refuse=refuse)
     msg = Message()
     ann: dict = {}
     props: dict = {}

@@ -305,7 +305,7 @@ class DownlinkReceiver(MessagingHandler):
         token = _Token(delivery, link, self.epoch, address)
         try:
             result = map_message(event.message, address, self.cfg.profile, time.time(),
-                                 self.cfg.address_template)
+                                 self.cfg.address_template, self.cfg.address_refuse)
         except ReverseMappingError as exc:
             result = exc
         self.deliver(address, result, token)

@@ -27,7 +27,9 @@ Field by field (MQTT <- AMQP):
   own ``$mqtt.to.<client id>``, a queue) names no topic. No usable topic --
   none, empty, with ``+``/``#`` [MQTT-3.3.2-2], with U+0000 [MQTT-4.7.3-2]
   or longer than 65,535 bytes [MQTT-4.7.3-3] -- rejects the message
-  [``LG-amqp-no-topic``];
+  [``LG-amqp-no-topic``]; a topic taken from an address that holds text
+  of ``amqp.address_refuse`` (the peer's: a list of destinations, a
+  queue name) too [``LG-amqp-address-chars``];
 * **payload** <- the Data section (bytes); an AmqpValue string (UTF-8, and
   Payload Format Indicator 1) or binary; any other body (a sequence, a map,
   a number) is rejected [``LG-amqp-body``];
@@ -69,7 +71,7 @@ from typing import Any, Callable
 import cproton  # python-qpid-proton's C binding (_content_type_of)
 
 from bridge.amqp.mapping import (
-    ANN_CONTENT_TYPE, ANN_PAYLOAD_FORMAT, ANN_USER_PROPERTIES, ID_PROPERTY, PROFILES,
+    ADDRESS_CHARS, ANN_CONTENT_TYPE, ANN_PAYLOAD_FORMAT, ANN_USER_PROPERTIES, ID_PROPERTY, PROFILES,
 )
 
 __all__ = [
@@ -117,6 +119,8 @@ class Downlink:
     message_id: Any = None
     #: ``amqp.address_template`` the topic addresses were made with (read by the rules)
     template: str | None = field(default=None, repr=False, compare=False)
+    #: ``amqp.address_refuse``: text a topic taken from an address must not hold
+    refuse: str = field(default="", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,11 @@ def _topic(m, address, ann, now, out: Downlink) -> None:
             if "*" in to or "#" in to or ">" in to:  # RabbitMQ's and ActiveMQ's wildcards
                 raise ReverseMappingError(NO_TOPIC, "the message has no 'to' (its topic) and "
                                                     f"arrived over the wildcard address {address!r}")
+            bad = next((t for t in out.refuse.split() if t in to), None)
+            if bad is not None:  # the peer read it: a list of destinations, a queue name
+                raise ReverseMappingError(ADDRESS_CHARS, f"the message has no 'to' (its topic) and its "
+                                                         f"address {address[:200]!r} holds {bad!r}, which "
+                                                         "the peer reads (amqp.address_refuse)")
     out.topic = _check_topic(text_of(to))
 
 
@@ -339,7 +348,8 @@ def _user_properties(m, address, ann, now, out: Downlink) -> None:
 def _rules(qos_ann: str, retain_ann: str) -> tuple[ReverseRule, ...]:
     return (
         ReverseRule("topic", _topic, "`to`, else the topic of the link's address: the inverse of "
-                    "`amqp.address_template`, or RabbitMQ's `/topic/...` (`.` as `/`)", NO_TOPIC),
+                    "`amqp.address_template`, or RabbitMQ's `/topic/...` (`.` as `/`); from an address, "
+                    "none of `amqp.address_refuse`", f"{NO_TOPIC}, {ADDRESS_CHARS}"),
         ReverseRule("payload", _payload, "Data section; AmqpValue string (UTF-8, Payload Format "
                     "Indicator 1) or binary", BAD_BODY),
         ReverseRule("QoS", _qos_reader(qos_ann), f"`{qos_ann}` annotation; absent: `durable` true "
@@ -371,12 +381,14 @@ if set(REVERSE) != set(PROFILES):  # one reverse table per forward profile
 
 
 def map_message(message, address: str | None, profile: str, now: float,
-                address_template: str | None = None):
+                address_template: str | None = None, address_refuse: str = ""):
     """The :class:`Downlink` of a proton ``message`` received on ``address``
     (``now``: epoch seconds), :data:`OWN` for a message lakegate forwarded;
     raises :class:`ReverseMappingError`. ``address_template``: the
     configured ``amqp.address_template``, whose addresses name topics too
-    (a ``reply-to``, the link's address)."""
+    (a ``reply-to``, the link's address); ``address_refuse``: the
+    configured ``amqp.address_refuse``, text a topic taken from an address
+    must not hold [LG-amqp-address-chars]."""
     props = message.properties or {}
     if ID_PROPERTY in props:
         return OWN
@@ -384,7 +396,7 @@ def map_message(message, address: str | None, profile: str, now: float,
     if message.subject == "pubrel":
         return Downlink(topic=text_of(message.address or topic_of_address(address, address_template)
                                       or ""), qos=2, pubrel=True, message_id=message.id)
-    out = Downlink(message_id=message.id, template=address_template)
+    out = Downlink(message_id=message.id, template=address_template, refuse=address_refuse)
     for rule in REVERSE[profile]:
         rule.read(message, address, ann, now, out)
     return out

@@ -77,7 +77,8 @@ def unforwardable(row_or_out: Any, exc: BaseException) -> Unforwardable:
         stream, part, off = row.get("stream"), row.get("partition"), row.get("offset")
         p = row.get("payload")
         size = 0 if p is None else len(p)
-    error = f"[{UNFORWARDABLE}] {type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    rule = getattr(exc, "rule", None) or UNFORWARDABLE  # a more precise rule (AddressCharsError's)
+    error = (str(exc) if rule != UNFORWARDABLE else f"[{UNFORWARDABLE}] {type(exc).__name__}: {exc}")[:ERROR_CHARS]
     log.warning("AMQP row %s (payload %s bytes) not forwardable, quarantined: %s", key, size, error)
     return Unforwardable(stream=stream, partition=None if part is None else int(part),
-                         offset=None if off is None else int(off), rule=UNFORWARDABLE, error=error)
+                         offset=None if off is None else int(off), rule=rule, error=error)

@@ -169,7 +169,8 @@ def encode_tail(annotations: dict, properties: "dict[str, Any] | list", app_prop
 
 
 # --------------------------------------------------------------- a row, encoded
-def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float) -> Outgoing:
+def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float,
+               refuse: str = "") -> Outgoing:
     """:func:`~bridge.amqp.mapping.map_row`, encoded: the same rules, written here.
 
     The Outgoing carries ``durable`` and ``delivery_count`` for the header
@@ -177,11 +178,11 @@ def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template:
     other section, as bytes. ``message`` stays None.
     """
     prof = PROFILES[profile] if isinstance(profile, str) else profile
-    out, rules = _start(row, prof, address_template, now)
+    out, rules = _start(row, prof, address_template, now, refuse)
     exp = out.expires_at
     if exp is not None and remaining_ms(exp, now) <= 0:
         return out
-    ctx = Ctx(now, address_template, exp)
+    ctx = Ctx(now, address_template, exp, refuse)
     ann: dict = {}
     props: list = [None] * 13
     app: dict = {}

@@ -42,8 +42,9 @@ def pid_of(frame: bytes, topic: str) -> bytes:
 
 @pytest.fixture
 def direct(run_edge, peer):
-    """An edge receiving from the peer on the seed's ``$mqtt.to.{client_id}``."""
-    return run_edge(f"amqp.url={peer.url}", "amqp.downlink=true", "amqp.downlink_topic_address=",
+    """An edge receiving from the peer on the seed's ``$mqtt.to.{client_id}``
+    (``amqp.peer = "generic"``: a plain AMQP 1.0 node; no topic link)."""
+    return run_edge(f"amqp.url={peer.url}", "amqp.downlink=true", "amqp.peer=generic",
                     "amqp.retry_backoff_s=0.1")
 
 

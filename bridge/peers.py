@@ -1,0 +1,118 @@
+"""What differs between AMQP 1.0 peers, as data: one :class:`Peer` per kind
+(``amqp.peer``), read in both directions (forwarding and the downlink).
+
+The forward mapping is the seed's whatever the peer (``bridge.amqp.mapping``);
+what a peer changes is where messages go and what an address may hold:
+
+* the address forms: a topic address (``amqp.address_template``), a
+  client's own address (``amqp.client_address_template``), the edge's one
+  topic link (``amqp.downlink_topic_address``). A key the user did not set
+  takes the peer's value (``bridge.config``: ``cfg.sources`` names
+  ``amqp.peer``), so ``amqp.peer = "artemis"`` alone is a working setting;
+* ``refuse`` (``amqp.address_refuse``): text that a topic must not hold
+  once it is part of an address, because the peer gives it a meaning: a
+  wildcard, a list of destinations, a queue name. A topic holding one is
+  never split or re-routed: forwarding quarantines the message and the
+  downlink rejects it [LG-amqp-address-chars] (``bridge.amqp.mapping.refused_in``).
+  A ``.`` stays a word separator under ``{routing_key}``, as RabbitMQ's own
+  MQTT plugin has it (``a.b`` and ``a/b`` are one routing key);
+* facts the operator needs and the code reports (rcv-settle-mode second,
+  the anonymous relay, what the peer keeps while the edge is away, how it
+  reports a rejected message), shown in the README's peer table
+  (:func:`peer_table_markdown`).
+
+This module imports nothing of lakegate: ``bridge.config`` (below every
+layer) reads it to fill in the peer's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PEERS", "Peer", "peer_table_markdown"]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One kind of AMQP 1.0 peer (see the module docstring)."""
+
+    name: str
+    #: what it is, for the table
+    title: str
+    address_template: str
+    client_address_template: str
+    downlink_topic_address: str
+    #: space-separated text a topic must not hold in an address (``amqp.address_refuse``)
+    refuse: str
+    #: rcv-settle-mode second on a sender link (the QoS 2 link of the enmasse profile)
+    rcv_settle_second: str
+    #: one sending link with each message's address in ``to``
+    anonymous_relay: str
+    #: what the peer keeps for the edge while it is away
+    keeps: str
+    #: what becomes of a message the edge rejects
+    rejected: str
+
+
+PEERS: dict[str, Peer] = {
+    "rabbitmq": Peer(
+        name="rabbitmq",
+        title="RabbitMQ 3.x, AMQP 1.0 plugin",
+        address_template="/topic/{routing_key}",
+        client_address_template="/queue/mqtt.to.{client_id}",
+        downlink_topic_address="/topic/#",
+        refuse="",
+        rcv_settle_second="no: the attach is refused (set amqp.qos2_rcv_settle_mode = \"first\")",
+        anonymous_relay="no (RabbitMQ 4 has it)",
+        keeps=("`/queue/...`: the queue and its messages (durable); `/topic/...`: a receiver's queue "
+               "exists while it is attached (3.10 leaves exclusive ones behind)"),
+        rejected="dropped, or dead-lettered when the queue has a dead-letter exchange (the reason is not kept)",
+    ),
+    "artemis": Peer(
+        name="artemis",
+        title="Apache ActiveMQ Artemis 2.x",
+        address_template="topic://{routing_key}",
+        client_address_template="queue://mqtt.to.{client_id}",
+        downlink_topic_address="topic://#",
+        refuse="* # ::",
+        rcv_settle_second="yes",
+        anonymous_relay="yes (offered in its open frame)",
+        keeps=("`queue://...` (anycast): the queue and its messages; `topic://...` (multicast): only what "
+               "a subscription queue exists for while the receiver is attached"),
+        rejected="sent to the address's dead-letter address when one is configured, else dropped",
+    ),
+    "generic": Peer(
+        name="generic",
+        title="any other AMQP 1.0 broker or router",
+        address_template="{topic}",
+        client_address_template="$mqtt.to.{client_id}",
+        downlink_topic_address="",
+        refuse="* # > , ::",
+        rcv_settle_second="assumed no: set amqp.qos2_rcv_settle_mode if it has it",
+        anonymous_relay="used only when offered in the peer's open frame",
+        keeps="whatever the node behind the address keeps: no assumption",
+        rejected="no assumption: lakegate logs each rejection with its rule",
+    ),
+}
+
+
+def peer_table_markdown() -> str:
+    """The README's peer table, generated from :data:`PEERS`."""
+    rows = [
+        ("`amqp.address_template`", lambda p: f"`{p.address_template}`"),
+        ("`amqp.client_address_template`", lambda p: f"`{p.client_address_template}`"),
+        ("`amqp.downlink_topic_address`",
+         lambda p: f"`{p.downlink_topic_address}`" if p.downlink_topic_address else "none"),
+        ("refused in a topic (`amqp.address_refuse`)",
+         lambda p: " ".join(f"`{t}`" for t in p.refuse.split()) or "nothing more"),
+        ("rcv-settle-mode second", lambda p: p.rcv_settle_second),
+        ("anonymous relay", lambda p: p.anonymous_relay),
+        ("kept while the edge is away", lambda p: p.keeps),
+        ("a message the edge rejects", lambda p: p.rejected),
+    ]
+    peers = list(PEERS.values())
+    lines = ["| `amqp.peer` | " + " | ".join(f"`{p.name}`: {p.title}" for p in peers) + " |",
+             "|---|" + "---|" * len(peers)]
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(p) for p in peers) + " |")
+    return "\n".join(lines)
