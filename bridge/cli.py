@@ -171,7 +171,7 @@ def guarded(run: Callable[[], int | None], config: Config, what: str) -> int:
     """``run()``'s exit code; a failure the user can mend is one line on
     stderr instead of a traceback: exit 2 for usage and configuration, 1 for
     the ``ONE_LINE_FAILURES`` (a busy port, a locked capture log, a file that
-    cannot be read). Also the edge child process's (:mod:`bridge.job.edge_child`)."""
+    cannot be read). Also the edge child process's (:mod:`bridge.commands.edge_child`)."""
     from bridge.job.edge_process import EdgeStartFailed
 
     try:

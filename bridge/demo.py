@@ -139,7 +139,7 @@ class Demo:
 
     # ------------------------------------------------------------ run
     def _ensure_run(self) -> None:
-        from bridge.job.runner import running_run
+        from bridge.commands.runner import running_run
 
         info = running_run(self.config)
         if info is not None:
@@ -345,7 +345,7 @@ class Demo:
 
     def run(self) -> int:
         from bridge.job.progress import read_status
-        from bridge.job.runner import amqp_reachable
+        from bridge.amqp.reachable import amqp_reachable
 
         self._ensure_run()
         counter = None

@@ -3,9 +3,9 @@
 Supports the types lakegate uses: BOOLEAN, TINYINT, SMALLINT, INT, BIGINT,
 FLOAT, DOUBLE, STRING, BINARY, DATE, TIMESTAMP, ARRAY<t>, MAP<k, v> and
 STRUCT<name: t, ...>, plus ``NOT NULL`` on top-level and struct fields.
-``to_spark`` builds pyspark types (importing pyspark.sql.types only, no JVM);
-``to_arrow`` builds pyarrow types. A test checks ``to_spark`` against Spark's
-own DDL parser.
+``to_arrow`` builds pyarrow types; :func:`schemas.spark.to_spark` builds
+pyspark types (importing pyspark.sql.types only, no JVM), checked by a test
+against Spark's own DDL parser.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Field", "Type", "parse_ddl", "to_arrow", "to_spark", "field_names"]
+__all__ = ["Field", "Type", "parse_ddl", "to_arrow", "field_names"]
 
 _PRIMITIVES = {
     "BOOLEAN", "TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE",
@@ -153,28 +153,3 @@ def to_arrow(ddl: str):
     import pyarrow as pa
 
     return pa.schema([pa.field(f.name, _arrow_type(f.type), nullable=f.nullable) for f in parse_ddl(ddl)])
-
-
-def _spark_type(t: Type):
-    from pyspark.sql import types as T
-
-    prim = {
-        "BOOLEAN": T.BooleanType(), "TINYINT": T.ByteType(), "SMALLINT": T.ShortType(),
-        "INT": T.IntegerType(), "BIGINT": T.LongType(), "FLOAT": T.FloatType(),
-        "DOUBLE": T.DoubleType(), "STRING": T.StringType(), "BINARY": T.BinaryType(),
-        "DATE": T.DateType(), "TIMESTAMP": T.TimestampType(),
-    }
-    if t.name in prim:
-        return prim[t.name]
-    if t.name == "ARRAY":
-        return T.ArrayType(_spark_type(t.args[0]), True)
-    if t.name == "MAP":
-        return T.MapType(_spark_type(t.args[0]), _spark_type(t.args[1]), True)
-    return T.StructType([T.StructField(f.name, _spark_type(f.type), f.nullable) for f in t.args])
-
-
-def to_spark(ddl: str):
-    """The pyspark StructType for a DDL string (no JVM needed)."""
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField(f.name, _spark_type(f.type), f.nullable) for f in parse_ddl(ddl)])

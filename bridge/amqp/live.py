@@ -6,9 +6,9 @@ PUBLISH and its AMQP transfer (about 1.1 s at p50, ``lakegate bench e2e``).
 :class:`LiveForwarder` runs next to the edge, on a thread of its own: every
 ``amqp.live_interval_ms`` it reads what became durable in the capture log
 since its cursor, makes frame rows of it without Spark
-(:func:`bridge.job.arrow_frames.frame_rows_arrow`, the job's parser),
+(:func:`bridge.rows.arrow_frames.frame_rows_arrow`, the job's parser),
 selects and orders the rows to forward exactly as the job does
-(:func:`bridge.job.forward_rows.forward_rows_of`) and forwards them with the
+(:func:`bridge.rows.forward_rows.forward_rows_of`) and forwards them with the
 job's :class:`~bridge.amqp.sender.Forwarder` (same mapping, retries,
 outcomes). The job then writes the tables only.
 
@@ -291,8 +291,8 @@ class LiveForwarder:
                 self._write_status()
             return 0
         t0 = time.monotonic()
-        from bridge.job.arrow_frames import frame_rows_arrow
-        from bridge.job.forward_rows import forward_rows_of
+        from bridge.rows.arrow_frames import frame_rows_arrow
+        from bridge.rows.forward_rows import forward_rows_of
 
         table = frame_rows_arrow(b for p, s, e in work for b in self.reader.arrow_batches(p, s, e))
         rows = forward_rows_of(table)

@@ -154,7 +154,7 @@ def forward_on_driver(rows: list[dict[str, Any]], batch_id: int, config: Config)
     """Forward a small micro-batch from the driver: ``rows`` are its
     FORWARD_DDL rows in capture order ((partition, offset)), made from the
     batch the step has on the driver already
-    (:func:`bridge.job.forward_rows.forward_rows_of`), and the driver
+    (:func:`bridge.rows.forward_rows.forward_rows_of`), and the driver
     process's own :class:`~bridge.amqp.sender.Forwarder` sends them
     (:func:`forward_rows`: the same retries, failures and forwarded marks as
     a task). No Spark job or Python worker runs for it: for a batch of a few
@@ -205,7 +205,7 @@ def forward_batch(df: Any, batch_id: int, config: Config, *, aligned: bool = Fal
         return total
     limit = config.job.forward_on_driver_max_rows
     if table is not None and rows is not None and 0 < limit and rows <= limit:
-        from bridge.job.forward_rows import forward_rows_of
+        from bridge.rows.forward_rows import forward_rows_of
 
         return forward_on_driver(forward_rows_of(table), batch_id, config)
     if df is None:

@@ -68,7 +68,7 @@ class Lakegate:
         return load_config(self.config_file, self.sets(list(extra)))
 
     def start(self, extra: list[str], timeout: float) -> float:
-        from bridge.job.runner import running_run
+        from bridge.commands.runner import running_run
 
         cmd = [sys.executable, "-m", "bridge", "run"]
         if self.config_file:

@@ -78,7 +78,7 @@ def write_table(tables_dir: Path, n: int, payload_bytes: int) -> float:
     from deltalake import write_deltalake
 
     from bridge.tables.deltars import DeltaRsEngine
-    from bridge.tables.engine import SCHEMAS
+    from bridge.tables.schemas import SCHEMAS
 
     t0 = time.monotonic()
     engine = DeltaRsEngine(tables_dir)

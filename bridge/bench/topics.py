@@ -30,7 +30,8 @@ import json
 import time
 import tracemalloc
 
-from bridge.edge.topics import Sub, SubscriptionTree
+from bridge.edge.subscription import Sub
+from bridge.edge.topics import SubscriptionTree
 
 __all__ = ["add_arguments", "measure", "run"]
 

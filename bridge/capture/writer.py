@@ -167,7 +167,7 @@ class CaptureLog:
         self._thread: threading.Thread | None = None
         #: counters: appends, commits (group commits), fsyncs, bytes written
         self.stats = {"appends": 0, "commits": 0, "fsyncs": 0, "bytes": 0, "truncated_bytes": 0}
-        #: a bridge.metrics.buckets.Buckets timing each commit's fdatasync calls (None: not timed)
+        #: a bridge.buckets.Buckets timing each commit's fdatasync calls (None: not timed)
         self.fsync_latency = None
         #: called (no arguments, on the flusher thread, after the acks) when a
         #: commit made records durable: the live forwarder's wake-up

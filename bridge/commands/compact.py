@@ -32,7 +32,7 @@ def _needs_spark(config: Config) -> bool:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
-    from bridge.tables.engine import failure_line, make_engine
+    from bridge.spark.delta import failure_line, make_engine
     from bridge.tables.maintenance import MIN_VACUUM_HOURS, run_maintenance
 
     if "log_level" not in config.sources:

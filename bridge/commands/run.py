@@ -19,6 +19,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from bridge.job.runner import Runner
+    from bridge.commands.runner import Runner
 
     return Runner(config).run()

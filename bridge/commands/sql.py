@@ -101,7 +101,8 @@ def _spark_message(exc: BaseException) -> str:
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
     from bridge.sqlserve.client import endpoint_gone, one_line_error, open_session
-    from bridge.tables.engine import AsOfError, failure_line, make_engine
+    from bridge.spark.delta import failure_line, make_engine
+    from bridge.tables.engine import AsOfError
     from bridge.tables.views import register_views, views_in_query
 
     if "log_level" not in config.sources:

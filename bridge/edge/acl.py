@@ -73,7 +73,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.edge.topics import split_share
+from bridge.edge.subscription import split_share
 
 __all__ = ["AclFile", "AclFileError", "AclWatcher", "covers", "overlaps", "topic_matches"]
 

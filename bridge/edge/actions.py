@@ -41,7 +41,7 @@ class Capture:
     resolved): the server hands the message to matching subscribers once
     the record is durable. A re-sent QoS 2 PUBLISH (``dup``) has none: it
     was delivered the first time. ``matched``: the subscription tree's
-    :class:`~bridge.edge.topics.Matches` for ``deliver``, when the session
+    :class:`~bridge.edge.subscription.Matches` for ``deliver``, when the session
     took it already (to weigh its work, ``Session._process``); the server
     routes with it while the tree's version is still the one it was taken at.
     """

@@ -70,7 +70,7 @@ from bridge.config import AmqpConfig
 from bridge.edge.actions import Send
 from bridge.edge.delivery import RECEIVED
 from bridge.edge.message import Message
-from bridge.edge.topics import split_share
+from bridge.edge.subscription import split_share
 from bridge.mqtt.properties import Properties, Scope, encode_properties
 from bridge.topic_filter import matches
 

@@ -57,7 +57,7 @@ from bridge.edge.delivery import RELEASED, SENT, Delivery, Receiver
 from bridge.edge.handshake import Limits
 from bridge.edge.message import Message
 from bridge.edge.router import Router
-from bridge.edge.topics import Sub
+from bridge.edge.subscription import Sub
 from bridge.mqtt import Connect, Subscribe, Unsubscribe
 from bridge.mqtt.codec import decode_packet
 

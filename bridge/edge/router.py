@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Callable
 
 from bridge.edge.delivery import Outbox
 from bridge.edge.message import Message
-from bridge.edge.topics import Sub, SubscriptionTree
+from bridge.edge.subscription import Sub
+from bridge.edge.topics import SubscriptionTree
 
 if TYPE_CHECKING:
     from bridge.edge.state import ClientSession

@@ -169,7 +169,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self.closed_totals = {"bytes_in": 0, "bytes_out": 0, "packets_in": [0] * 16, "packets_out": [0] * 16}
         #: frames a session was ended for, by rule id
         self.rejected: dict[str, int] = {}
-        #: QoS 1/2 acknowledgement latency (queued -> written) as 16 bridge.metrics.buckets.Buckets
+        #: QoS 1/2 acknowledgement latency (queued -> written) as 16 bridge.buckets.Buckets
         #: by packet type (4 PUBACK, 5 PUBREC); None: metrics off (nothing is timed or counted by type)
         self.ack_latency: list | None = None
         self._servers: list[asyncio.base_events.Server] = []
@@ -224,7 +224,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         # not yield it to the capture log's flusher
         self.log.yield_to_flusher = False
         if self.ack_latency is not None and self.log.fsync_latency is None:  # metrics on
-            from bridge.metrics.buckets import FSYNC_BUCKETS_S, Buckets
+            from bridge.buckets import FSYNC_BUCKETS_S, Buckets
 
             self.log.fsync_latency = Buckets(FSYNC_BUCKETS_S)
         await self._start_retained()

@@ -44,7 +44,7 @@ from bridge.edge import rules as edge_rules
 from bridge.edge.actions import Action, Capture, Notice, Send
 from bridge.edge.delivery import RELEASED, AckMismatch, Receiver
 from bridge.edge.handshake import CONNECTED
-from bridge.edge.topics import Sub, split_share
+from bridge.edge.subscription import Sub, split_share
 from bridge.mqtt import MqttError, PubAck, PubRec, Subscribe, Unsubscribe
 from bridge.mqtt.fixed_header import PacketType, encode_fixed_header
 from bridge.mqtt.subscribe import FilterDecoder

@@ -12,7 +12,7 @@ read (``batch_records``):
   default ``job.max_records_per_trigger``: every batch; when the job
   forwards, also at most ``job.forward_on_driver_max_rows``): the records
   come to the driver as Arrow, as the floor query's do, and the driver
-  makes the frame rows with :func:`bridge.job.arrow_frames.frame_rows_arrow`
+  makes the frame rows with :func:`bridge.rows.arrow_frames.frame_rows_arrow`
   (the same parser, ``bridge.parse.frames.parse_frames``, and the same
   columns; kept equal by ``tests/job/test_arrow_frames.py``). The tables
   are written from the driver's Arrow copy of the batch either way; this
@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bridge.config import Config
-from bridge.job.forward_rows import PUBLISH, PUBREL  # one definition for both forwarding paths
+from bridge.rows.forward_rows import PUBLISH, PUBREL  # one definition for both forwarding paths
 from bridge.tables.engine import TableEngine
 from bridge.tables.maintenance import run_maintenance
 from bridge.tables.writer import TableStats, write_tables, write_unforwardable
@@ -194,7 +194,7 @@ def _forwardable(table) -> int:
     """How many rows of an Arrow frame-row table ``select_forward`` would keep."""
     import pyarrow.compute as pc
 
-    from bridge.job.forward_rows import forward_mask
+    from bridge.rows.forward_rows import forward_mask
 
     if table.num_rows == 0:
         return 0
@@ -261,7 +261,7 @@ class BatchStep:
             try:
                 t1 = time.monotonic()
                 if frames is None:
-                    from bridge.job.arrow_frames import frame_rows_arrow
+                    from bridge.rows.arrow_frames import frame_rows_arrow
 
                     table = frame_rows_arrow(records.toArrow().to_batches())
                 else:

@@ -9,7 +9,7 @@ keeps the edge's latency what it is under ``lakegate edge``; the job and
 the forwarder read the capture log's files, as they do next to a separate
 ``lakegate edge``.
 
-The child is :mod:`bridge.job.edge_child` (its protocol is there). This
+The child is :mod:`bridge.commands.edge_child` (its protocol is there). This
 side:
 
 * starts it with the run's exact configuration over a pipe, waits for its
@@ -98,7 +98,7 @@ class EdgeProcess:
         self._stopped.clear()
         self.failed = None
         self.proc = self._spawner.submit(
-            subprocess.Popen, [sys.executable, "-m", "bridge.job.edge_child"], stdin=subprocess.PIPE,
+            subprocess.Popen, [sys.executable, "-m", "bridge.commands.edge_child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, pass_fds=(self._wake_w,)).result()
         self.proc.stdin.write(json.dumps(spec).encode() + b"\n")
         self.proc.stdin.flush()  # and kept open: its end of file tells the child the run is gone

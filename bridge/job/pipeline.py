@@ -113,7 +113,7 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     from bridge.amqp.sink import forward_batch
     from bridge.job.batch import BatchStep
     from bridge.spark.source import parse_options, register
-    from bridge.tables.engine import make_engine
+    from bridge.spark.delta import make_engine
     from schemas.capture import CAPTURE_RECORD_DDL
 
     register(spark)
@@ -191,7 +191,7 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False,
     from pyspark.errors import PySparkException, StreamingQueryException
 
     from bridge.job.batch import is_stop_requested
-    from bridge.job.runner import root_cause
+    from bridge.job.failures import root_cause
     from bridge.spark.source import SourceOptionError
     from bridge.spark.jvm import on_jvm_signals
     from bridge.spark.session import under_spark_submit

@@ -215,7 +215,7 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         if event.exception and is_stop_requested(event.exception):
             log.info("query stopped before its next batch (stop requested)")
         elif event.exception:
-            from bridge.job.runner import root_cause
+            from bridge.job.failures import root_cause
 
             cause = root_cause(event.exception)
             # under `lakegate run` the supervisor logs the failure, with its restart, in one line

@@ -44,8 +44,8 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | EdgeProcess | N
     if not config.metrics.port and bind is None:
         return None
     from bridge.job import progress
-    from bridge.job.runner import amqp_reachable
-    from bridge.metrics.buckets import ACK_BUCKETS_S, Buckets
+    from bridge.amqp.reachable import amqp_reachable
+    from bridge.buckets import ACK_BUCKETS_S, Buckets
 
     metrics = Metrics(job=query_running is not None)
     remote = None

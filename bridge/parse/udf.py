@@ -59,7 +59,7 @@ def frames_udf():
     ``schemas.frames.PARSED_FRAME_DDL`` as a Spark struct."""
     from pyspark.sql.functions import pandas_udf
 
-    from schemas.ddl import to_spark
+    from schemas.spark import to_spark
     from schemas.frames import PARSED_FRAME_DDL
 
     return pandas_udf(parse_frames_pandas, to_spark(PARSED_FRAME_DDL))

@@ -19,7 +19,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from bridge.tables.engine import (PARTITION_BY, SCHEMAS, AsOfError, Commit, MergeResult, TableEngine, conform,
                                    one_line)
 from bridge.tables.retained_rule import SUPERSEDES_SQL
-from schemas.ddl import to_spark
+from schemas.spark import to_spark
 from schemas.tables import TABLES
 
 if TYPE_CHECKING:

@@ -2,8 +2,9 @@
 
 * ``delta-rs`` (``deltalake``, the embedded default): writes and reads Delta
   from Python with no JVM jars; Spark reads the snapshot's Parquet files.
-* ``delta-spark``: used when delta-spark's JVM classes are on the classpath
-  (a cluster started with ``--packages io.delta:delta-spark_4.2_2.13:4.4.1``):
+* ``delta-spark`` (:mod:`bridge.spark.deltaspark`, chosen by
+  :func:`bridge.spark.delta.make_engine`: this layer never loads Spark):
+  used when delta-spark's JVM classes are on the classpath;
   ``spark.read.format("delta")`` and ``MERGE INTO``.
 
 Both give the same semantics: appends and the retained MERGE record the
@@ -24,22 +25,20 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from schemas.ddl import to_arrow
-from schemas.tables import MESSAGES_PARTITION_BY, TABLES
+from bridge.tables.schemas import PARTITION_BY, SCHEMAS
+from schemas.tables import TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from bridge.config import Config
 
-__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TableEngine", "VersionRange", "conform", "failure_line",
+__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TableEngine", "VersionRange", "conform",
            "make_engine",
            "one_line", "parse_as_of_time", "PARTITION_BY", "SCHEMAS"]
 
 log = logging.getLogger(__name__)
 
-SCHEMAS: dict[str, pa.Schema] = {name: to_arrow(ddl) for name, ddl in TABLES.items()}
-PARTITION_BY: dict[str, list[str]] = {"messages": MESSAGES_PARTITION_BY, "retained": [], "quarantine": ["receive_date"]}
 
 
 class AsOfError(ValueError):
@@ -59,19 +58,6 @@ def one_line(exc: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(exc).__name__
-
-
-def failure_line(engine: "TableEngine", exc: BaseException) -> str:
-    """A failed table operation in one line; names delta-spark's missing JVM
-    classes when they are the cause (py4j's own words for it are cryptic)."""
-    msg = one_line(exc)
-    spark = getattr(engine, "spark", None)
-    if engine.name == "delta-spark" and spark is not None:
-        from bridge.spark.session import DELTA_CLASS, delta_spark_available
-
-        if not delta_spark_available(spark):
-            return f"tables.engine = delta-spark, but delta-spark's JVM classes ({DELTA_CLASS}) are not on the classpath ({msg})"
-    return msg
 
 
 def parse_as_of_time(text: str) -> dt.datetime:
@@ -206,22 +192,15 @@ class TableEngine(abc.ABC):
         """Turn retained rows whose expires_at has passed into tombstones; returns how many."""
 
 
-def make_engine(config: "Config", spark: "SparkSession | None" = None) -> TableEngine:
-    """The engine ``tables.engine`` asks for ("auto": delta-spark when its JVM classes are present)."""
-    choice = config.tables.engine
-    if choice == "auto":
-        from bridge.spark.session import delta_spark_available
+def make_engine(config: "Config") -> TableEngine:
+    """The engine of a process without Spark (the live forwarder's
+    quarantine): delta-rs, unless ``tables.engine = "delta-spark"`` asks for
+    what only a SparkSession gives (ValueError). With a session:
+    :func:`bridge.spark.delta.make_engine`."""
+    if config.tables.engine == "delta-spark":
+        raise ValueError("tables.engine = delta-spark needs a SparkSession")
+    from bridge.tables.deltars import DeltaRsEngine
 
-        choice = "delta-spark" if spark is not None and delta_spark_available(spark) else "delta-rs"
-    if choice == "delta-spark":
-        from bridge.tables.deltaspark import DeltaSparkEngine
-
-        if spark is None:
-            raise ValueError("tables.engine = delta-spark needs a SparkSession")
-        engine: TableEngine = DeltaSparkEngine(config.tables_dir, spark)
-    else:
-        from bridge.tables.deltars import DeltaRsEngine
-
-        engine = DeltaRsEngine(config.tables_dir)
+    engine = DeltaRsEngine(config.tables_dir)
     log.info("tables: engine=%s dir=%s", engine.name, config.tables_dir)
     return engine

@@ -96,7 +96,7 @@ def test_live_forwarder_records_nothing_for_a_range_the_peer_did_not_take_then_s
 
 
 def test_live_forwarder_quarantines_set_aside_rows_once_per_partition_and_offset(tmp_path):
-    from bridge.job.arrow_frames import frame_rows_arrow
+    from bridge.rows.arrow_frames import frame_rows_arrow
 
     cfg = _config(tmp_path, "amqp://127.0.0.1:1")
     _append(cfg, [lambda log, i=i: append_publish(log, "c1", f"t/{i}", b"p", qos=1, packet_id=i + 1)

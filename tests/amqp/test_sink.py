@@ -11,7 +11,8 @@ from bridge.amqp.forwarded import ForwardedOffsets
 from bridge.amqp.mapping import ID_PROPERTY
 from bridge.amqp.sink import forward_batch
 from bridge.config import load_config
-from schemas.ddl import field_names, to_spark
+from schemas.ddl import field_names
+from schemas.spark import to_spark
 from schemas.forward import FORWARD_DDL
 from tests.amqp.rows import row
 

@@ -3,7 +3,7 @@ import datetime as dt
 import pytest
 
 from schemas.capture import CAPTURE_RECORD_DDL
-from schemas.ddl import to_spark
+from schemas.spark import to_spark
 from schemas.tables import CONTEXT_DDL
 
 pytestmark = pytest.mark.spark

@@ -53,7 +53,7 @@ def test_replay_of_a_run_of_pubacks_ends_each_delivery_it_names():
     from bridge.edge.journal import Replayer, message_of_record
     from bridge.edge.router import Router
     from bridge.edge.state import SessionStore
-    from bridge.edge.topics import Sub
+    from bridge.edge.subscription import Sub
 
     router = Router()
     store = SessionStore()

@@ -12,7 +12,7 @@ from bridge.edge.delivery import Receiver
 from bridge.edge.message import Message
 from bridge.edge.router import Router
 from bridge.edge.state import ClientSession
-from bridge.edge.topics import Sub
+from bridge.edge.subscription import Sub
 
 
 def session(router: Router, cid: str, *, connected: bool = True,

@@ -12,7 +12,7 @@ import pytest
 import bridge.edge.subscribing as subscribing
 from bridge.edge.message import Message
 from bridge.edge.session import Limits
-from bridge.edge.topics import Sub
+from bridge.edge.subscription import Sub
 from bridge.mqtt import Subscribe, Subscription, Unsubscribe, encode
 from bridge.mqtt.fixed_header import encode_fixed_header
 from tests.edge.util import Harness, connect

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.edge import topics
-from bridge.edge.topics import REMOVE_AT_ONCE, Matches, SharedGroup, Sub, SubscriptionTree, split_share
+from bridge.edge.subscription import Matches, SharedGroup, Sub, split_share
+from bridge.edge.topics import REMOVE_AT_ONCE, SubscriptionTree
 from bridge.topic_filter import matches as scalar_matches
 from tests.opcodes import count_opcodes
 

@@ -17,7 +17,8 @@ from bridge.edge.message import Message
 from bridge.edge.router import Router
 from bridge.edge.session import PUBLISH_COST, TURN_BUDGET, Capture, Limits
 from bridge.edge.state import ClientSession
-from bridge.edge.topics import REMOVE_AT_ONCE, SWEEP_FILTERS, Sub
+from bridge.edge.subscription import Sub
+from bridge.edge.topics import REMOVE_AT_ONCE, SWEEP_FILTERS
 from bridge.mqtt.varint import encode_varint as varint
 from tests.edge.conftest import RawClient
 from tests.edge.util import Harness, connect, publish

@@ -1,4 +1,4 @@
-"""Frame rows built without Spark (``bridge.job.arrow_frames``, the live
+"""Frame rows built without Spark (``bridge.rows.arrow_frames``, the live
 forwarder's) equal the job's (``bridge.job.pipeline.frame_rows``: Spark
 expressions plus the pandas UDF) on the same capture log: every column,
 every kind of record the edge writes."""
@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from bridge.capture import CaptureLog, LogReader
 from bridge.config import load_config
-from bridge.job.arrow_frames import frame_row_schema, frame_rows_arrow
+from bridge.rows.arrow_frames import frame_row_schema, frame_rows_arrow
 from bridge.job.pipeline import frame_rows
 from bridge.mqtt import Properties
 from tests.job.frames import append_publish, append_pubrel, append_raw, headers

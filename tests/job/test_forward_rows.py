@@ -1,4 +1,4 @@
-"""The driver path's forward rows (``bridge.job.forward_rows``) equal the
+"""The driver path's forward rows (``bridge.rows.forward_rows``) equal the
 executor path's Spark projection (``bridge.job.batch.select_forward``) on
 the same batch: every kind of frame row, both filters, every column."""
 
@@ -10,7 +10,7 @@ import pytest
 from bridge.capture import CaptureLog
 from bridge.config import load_config
 from bridge.job.batch import _forwardable, select_forward
-from bridge.job.forward_rows import forward_rows_of
+from bridge.rows.forward_rows import forward_rows_of
 from bridge.job.pipeline import frame_rows
 from bridge.mqtt import Properties
 from tests.job.frames import append_publish, append_pubrel, append_raw
@@ -65,7 +65,7 @@ def test_driver_forward_rows_equal_select_forward_on_the_same_batch(spark, tmp_p
     ([b"x", b""], pa.binary()), ([[{"key": "k", "value": "v"}], None], pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))),
 ])
 def test_pylist_gives_what_to_pylist_gives(values, typ):
-    from bridge.job.forward_rows import _pylist
+    from bridge.rows.forward_rows import _pylist
 
     arr = pa.array(values, typ)
     chunked = pa.chunked_array([arr.slice(0, 1), arr.slice(1)], typ)

@@ -1,4 +1,4 @@
-"""A streaming run whose batches the driver parses (``bridge.job.arrow_frames``)
+"""A streaming run whose batches the driver parses (``bridge.rows.arrow_frames``)
 writes the same three tables as a run whose every batch the pandas UDF parses
 on the executors (``job.parse_on_driver_max_rows = 0``), from one capture log
 holding every kind of record the edge writes."""

@@ -271,7 +271,7 @@ def test_job_script_bad_config_under_spark_submit_is_exit_2(tmp_path):
 
 
 def test_run_that_cannot_build_its_session_leaves_no_pid_file_and_stops_the_edge(tmp_path, monkeypatch):
-    from bridge.job.runner import RUN_PID_FILE, Runner, running_run
+    from bridge.commands.runner import RUN_PID_FILE, Runner, running_run
     from bridge.spark import session
 
     cfg = load_config(None, [f"data_dir={tmp_path}", "edge.port=0", "amqp.url="], env={})

@@ -266,7 +266,7 @@ def _edge():
 def test_backoff_starts_over_after_a_restarted_query_completed_a_batch(monkeypatch):
     from bridge.config import Config
     from bridge.job import pipeline
-    from bridge.job.runner import BACKOFF_S, Runner
+    from bridge.commands.runner import BACKOFF_S, Runner
 
     plan = [False] * 6 + [True] + [False] * 2  # 6 outages in a row, a batch completes, 2 more outages
     runs = iter(plan)
@@ -310,8 +310,9 @@ def test_restarted_query_has_one_listener_and_reports_each_batch_once(spark, tmp
     from bridge.amqp import sink
     from bridge.capture import CaptureLog
     from bridge.config import load_config
-    from bridge.job import pipeline, runner as runner_mod
-    from bridge.job.runner import Runner
+    from bridge.commands import runner as runner_mod
+    from bridge.job import pipeline
+    from bridge.commands.runner import Runner
     from tests.job.frames import append_publish
 
     caplog.set_level(logging.INFO, logger="bridge.job.progress")

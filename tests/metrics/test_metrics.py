@@ -152,7 +152,7 @@ def test_count_frames_walks_back_to_back_frames_by_type():
 
 
 def test_buckets_are_cumulative_with_inf_last():
-    from bridge.metrics.buckets import Buckets
+    from bridge.buckets import Buckets
 
     b = Buckets((0.01, 0.1))
     for v in (0.005, 0.01, 0.05, 3.0):

@@ -10,7 +10,7 @@ import pytest
 from bridge.mqtt import Connect, Properties, PubRel, Publish, Will, encode
 from bridge.parse import parse_frames
 from bridge.parse.udf import frames_udf, parse_frames_pandas
-from schemas.ddl import to_spark
+from schemas.spark import to_spark
 from schemas.frames import PARSED_FRAME_DDL
 
 ROWS = [

@@ -2,7 +2,8 @@ import pyarrow as pa
 import pytest
 
 from schemas.capture import CAPTURE_RECORD_DDL
-from schemas.ddl import parse_ddl, to_arrow, to_spark
+from schemas.ddl import parse_ddl, to_arrow
+from schemas.spark import to_spark
 
 
 def test_capture_record_is_kafka_shaped_in_arrow():

@@ -59,7 +59,7 @@ def test_schema_is_the_kafka_source_schema():
     from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
                                    StructType, TimestampType)
 
-    from schemas.ddl import to_spark
+    from schemas.spark import to_spark
 
     kafka = StructType([
         StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
@@ -116,7 +116,7 @@ def test_batch_read_equals_the_records_the_log_decodes_one_by_one(lakegate, fill
 
     from chispa import assert_df_equality
 
-    from schemas.ddl import to_spark
+    from schemas.spark import to_spark
 
     path, _ = filled
     reader = LogReader(path)

@@ -20,6 +20,9 @@ def _corpus() -> list[str | None]:
 
 
 def test_sql_mqtt_match_agrees_with_the_python_rule_MQTT_4_7_1_and_4_7_2_1(spark):
+    # the shared session may hold the Python UDF of register_mqtt_match (a
+    # tables test before this one): a SQL function cannot replace it
+    spark.sql("DROP TEMPORARY FUNCTION IF EXISTS mqtt_match")
     spark.sql(create_function_sql(temporary=True))
     try:
         filters = _corpus() + EXTRA_FILTERS
@@ -36,6 +39,9 @@ def test_sql_mqtt_match_agrees_with_the_python_rule_MQTT_4_7_1_and_4_7_2_1(spark
 
 
 def test_sql_mqtt_match_examples(spark):
+    # the shared session may hold the Python UDF of register_mqtt_match (a
+    # tables test before this one): a SQL function cannot replace it
+    spark.sql("DROP TEMPORARY FUNCTION IF EXISTS mqtt_match")
     spark.sql(create_function_sql(temporary=True))
     try:
         got = spark.sql("SELECT mqtt_match('sport/tennis/#', 'sport/tennis') a, mqtt_match('sport/+', 'sport/') b, "

@@ -20,7 +20,7 @@ def engine(spark, tmp_path):
     if not delta_spark_available(spark):
         pytest.skip(f"delta-spark JVM classes ({DELTA_CLASS}) are not on the classpath: "
                     "start Spark with --packages io.delta:delta-spark_4.2_2.13:4.4.1 (Maven Central is unreachable here)")
-    from bridge.tables.deltaspark import DeltaSparkEngine
+    from bridge.spark.deltaspark import DeltaSparkEngine
 
     e = DeltaSparkEngine(tmp_path / "tables", spark)
     e.ensure()

@@ -206,7 +206,7 @@ class Snapshot:
 def _read(path: str, columns: list[str]) -> pa.Table:
     """``columns`` of one Parquet file, a column the file lacks (written
     before the column was added) as nulls."""
-    from bridge.tables.engine import SCHEMAS
+    from bridge.tables.schemas import SCHEMAS
 
     f = pq.ParquetFile(path)
     have = set(f.schema_arrow.names)
@@ -284,7 +284,7 @@ def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
     except Exception as exc:  # a damaged log or file
         raise SnapshotError(f"retained table {table_path}: version cannot be read "
                             f"({_line(exc)}); serving the edge's own captures only") from None
-    from bridge.tables.engine import SCHEMAS
+    from bridge.tables.schemas import SCHEMAS
 
     small = pa.concat_tables(parts) if parts else \
         SCHEMAS["retained"].empty_table().select(_SMALL)

@@ -23,7 +23,8 @@ from bridge.edge.retained.index import LevelIndex
 from bridge.edge.retained.overlay import Entry, Overlay
 from bridge.edge.retained.store import RetainedStore
 from bridge.edge.router import Router
-from bridge.edge.topics import Sub, SubscriptionTree
+from bridge.edge.subscription import Sub
+from bridge.edge.topics import SubscriptionTree
 from bridge.mqtt import Publish, Suback, Subscribe, Subscription, decode_packet, encode
 from tests.edge.util import Harness, connect
 

@@ -45,16 +45,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from bridge.amqp.live import forwards_live
+from bridge.amqp.reachable import amqp_reachable
 from bridge.config import Config, mask_secret
+from bridge.job.failures import root_cause
 from bridge.job.run_edge import EdgeThread, new_edge
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ if TYPE_CHECKING:
     from bridge.amqp.live import LiveForwarder
     from bridge.job.edge_process import EdgeProcess
 
-__all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "amqp_reachable", "root_cause", "running_run"]
+__all__ = ["EdgeThread", "RUN_PID_FILE", "Runner", "running_run"]
 
 log = logging.getLogger("bridge.run")
 
@@ -104,31 +103,6 @@ def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> threading.Thread:
     t = threading.Thread(target=run, name="warm-imports", daemon=True)
     t.start()
     return t
-
-
-def amqp_reachable(url: str, timeout: float = 2.0) -> bool:
-    """Whether a TCP connection to the AMQP peer's host and port succeeds."""
-    u = urlsplit(url)
-    port = u.port or (5671 if u.scheme == "amqps" else 5672)
-    try:
-        with socket.create_connection((u.hostname or "127.0.0.1", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-_CAUSE = re.compile(r"^((?:bridge|proton|deltalake)\.[\w.]+|[A-Z]\w*(?:Error|Exception)): (.+)$")
-
-
-def root_cause(text: str) -> str:
-    """The innermost lakegate/library error line of a Spark streaming failure
-    (Spark wraps a foreachBatch error in several layers of Py4J and JVM text)."""
-    lines = [ln.strip() for ln in text.splitlines()]
-    for line in reversed(lines):
-        m = _CAUSE.match(line)
-        if m and not m.group(1).startswith(("py4j", "pyspark")):
-            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"
-    return lines[0] if lines else "unknown error"
 
 
 def running_run(config: Config) -> dict | None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from bridge.tables.engine import PARTITION_BY, SCHEMAS, Commit, MergeResult, TableEngine
 from bridge.tables.retained_rule import SUPERSEDES_SQL
-from schemas.ddl import to_spark
+from schemas.spark import to_spark
 from schemas.tables import TABLES
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The edge as a child process of ``lakegate run`` (``edge.own_process``).
 
 Started by :class:`bridge.job.edge_process.EdgeProcess` as ``python -m
-bridge.job.edge_child``. The protocol, one JSON object per line:
+bridge.commands.edge_child``. The protocol, one JSON object per line:
 
 * stdin, from the parent: ``{"config": <config_to_wire>, "durable_fd": N,
   "metrics": bool}``; then nothing. End of file on stdin means the parent
