@@ -52,6 +52,10 @@ class Peer:
     keeps: str
     #: what becomes of a message the edge rejects
     rejected: str
+    #: address prefixes of a topic link the peer makes a subscription for,
+    #: attached with a volatile terminus: durable, it would outlive the edge
+    #: (Artemis: a durable subscription per link name, never removed)
+    subscription_prefixes: tuple[str, ...] = ()
 
 
 PEERS: dict[str, Peer] = {
@@ -67,6 +71,7 @@ PEERS: dict[str, Peer] = {
         keeps=("`/queue/...`: the queue and its messages (durable); `/topic/...`: a receiver's queue "
                "exists while it is attached (3.10 leaves exclusive ones behind)"),
         rejected="dropped, or dead-lettered when the queue has a dead-letter exchange (the reason is not kept)",
+        subscription_prefixes=("/topic/", "/exchange/"),
     ),
     "artemis": Peer(
         name="artemis",
@@ -80,6 +85,7 @@ PEERS: dict[str, Peer] = {
         keeps=("`queue://...` (anycast): the queue and its messages; `topic://...` (multicast): only what "
                "a subscription queue exists for while the receiver is attached"),
         rejected="sent to the address's dead-letter address when one is configured, else dropped",
+        subscription_prefixes=("topic://",),
     ),
     "generic": Peer(
         name="generic",

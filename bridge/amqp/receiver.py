@@ -71,6 +71,8 @@ OUTCOMES = ("accepted", "released", "modified", "rejected")
 _TICK_S = 0.5
 #: how long a detached link waits for its unsettled deliveries to be settled
 _DETACH_GRACE_S = 10.0
+#: how long a stop waits for the peer to answer the connection's close
+STOP_GRACE_S = 1.0
 
 
 class _Token:
@@ -114,6 +116,7 @@ class DownlinkReceiver(MessagingHandler):
         #: unsettled to be settled before it goes (the module docstring)
         self.closing: list[tuple[Any, float]] = []
         self.stopping = False
+        self._stopped = False
         self.names = itertools.count(1)
         self.stats = {"received": 0, "accepted": 0, "released": 0, "modified": 0, "rejected": 0,
                       "own": 0, "reconnects": 0, "leftover_queues": 0, "refused": 0}
@@ -254,7 +257,7 @@ class DownlinkReceiver(MessagingHandler):
         """The peer refused or ended a link: forget it (its address stays
         wanted) and attach it again after a backoff that grows per address."""
         address = link.source.address
-        if self.links.get(address) is not link:
+        if self.links.get(address) != link:  # == compares the C link: each event has a new wrapper
             return
         del self.links[address]
         n = self.refused.get(address, (0, 0.0))[0] + 1
@@ -378,11 +381,27 @@ class DownlinkReceiver(MessagingHandler):
             self._close_if_done(token.link)  # its disposition goes before the detach
 
     def _do_stop(self) -> None:
+        """Close the links and the connection, and stop once the peer has
+        answered the close (at most ``STOP_GRACE_S``): stopped in the same
+        turn, the close frames were never written, and a broker (Artemis)
+        kept the consumers until the process exited."""
         self.stopping = True
         for link in self.links.values():
             link.close()
-        if self.conn is not None:
-            self.conn.close()
+        if self.conn is None or not (self.conn.state & Endpoint.REMOTE_ACTIVE):
+            self._finish_stop()
+            return
+        self.conn.close()
+        self.container.schedule(STOP_GRACE_S, _Later(self._finish_stop))
+
+    def on_connection_closed(self, event: Any) -> None:  # the peer answered our close
+        if self.stopping:
+            self._finish_stop()
+
+    def _finish_stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         self.injector.close()
         self.container.stop()
 
@@ -419,6 +438,15 @@ class DownlinkReceiver(MessagingHandler):
             except Exception:  # already closed
                 pass
         self.closing = keep
+
+
+class _Later(Handler):
+    def __init__(self, fn: Callable[[], None]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def on_timer_task(self, event: Any) -> None:
+        self.fn()
 
 
 class _Tick(Handler):

@@ -72,6 +72,7 @@ from bridge.edge.delivery import RECEIVED
 from bridge.edge.message import Message
 from bridge.edge.subscription import split_share
 from bridge.mqtt.properties import Properties, Scope, encode_properties
+from bridge.peers import PEERS
 from bridge.topic_filter import matches
 
 if TYPE_CHECKING:
@@ -160,11 +161,12 @@ class DownlinkHub:
         self.rx.start()
         address = self.cfg.downlink_topic_address
         if address:
-            # a queue of the operator's own is durable; RabbitMQ's /topic/ and
-            # /exchange/ queues are server-named and never re-attached: a
-            # durable one would only outlive a RabbitMQ restart as litter
-            self.rx.attach(address, credit=self.cfg.downlink_credit,
-                           durable=not address.startswith(("/topic/", "/exchange/")))
+            # a queue of the operator's own is durable; a subscription the peer
+            # makes for the link (RabbitMQ's /topic/ and /exchange/ queues,
+            # server-named; Artemis's topic:// subscriptions, named by the
+            # link) is not: durable, it would outlive the edge as litter
+            made = PEERS[self.cfg.peer].subscription_prefixes
+            self.rx.attach(address, credit=self.cfg.downlink_credit, durable=not address.startswith(made))
         log.info("AMQP downlink: receiving from %s (topic link %s, client addresses %s)",
                  self.rx.url, self.cfg.downlink_topic_address or "none",
                  self.cfg.client_address_template or "none")
