@@ -10,15 +10,8 @@ the same tables build the messages and the README's mapping table
 (:func:`mapping_table_markdown`; a test checks the README against it), and
 :func:`bridge.amqp.wire.encode_row` encodes by them without proton.
 
-Addresses. ``amqp.address_template`` has two placeholders: ``{topic}`` (the
-MQTT topic, verbatim) and ``{routing_key}`` (the topic with every ``/``
-replaced by ``.``, RabbitMQ's rule for MQTT topics on ``amq.topic``).
-In a routing key only ``.`` is special (it separates words); ``*`` and ``#``
-are wildcards in *binding* keys only, and MQTT topic names cannot contain
-``+`` or ``#`` [MQTT-4.7.1-1]. A ``.`` inside an MQTT topic level therefore
-becomes a word separator, exactly as RabbitMQ's own MQTT plugin does, so a
-binding made for RabbitMQ's MQTT subscribers sees lakegate's messages under
-the same words. The message's ``to`` is always the verbatim topic.
+Addresses (``amqp.address_template``, the characters a peer reads in
+them): :mod:`bridge.amqp.addresses`.
 """
 
 from __future__ import annotations
@@ -30,12 +23,18 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from proton import Message, int32, symbol, timestamp, ubyte, ulong
 
+# re-exported: the names every forwarding module and test took from here before
+from bridge.amqp.addresses import ADDRESS_CHARS, AddressCharsError, address_for, refused_in, routing_key
+
 __all__ = [
+    "ADDRESS_CHARS",
+    "AddressCharsError",
+    "address_for",
+    "refused_in",
+    "routing_key",
     "ANN_CONTENT_TYPE",
     "ANN_PAYLOAD_FORMAT",
-    "ADDRESS_CHARS",
     "ANN_USER_PROPERTIES",
-    "AddressCharsError",
     "ID_PROPERTY",
     "LINK_QOS01",
     "LINK_QOS2",
@@ -47,12 +46,9 @@ __all__ = [
     "TTL_MAX_MS",
     "REJECTED",
     "UNFORWARDABLE",
-    "address_for",
     "identity",
     "map_row",
-    "refused_in",
     "mapping_table_markdown",
-    "routing_key",
     "user_properties_map",
 ]
 
@@ -83,10 +79,6 @@ UNFORWARDABLE = "LG-amqp-unforwardable"
 #: condition of :data:`bridge.amqp.retry.MESSAGE_FAULT_CONDITIONS` on every
 #: attempt, or larger than the link's max-message-size): quarantined too.
 REJECTED = "LG-amqp-rejected"
-#: Rule id of a topic holding text the peer reads in an address (a wildcard,
-#: a list of destinations, a queue name): quarantined (forward) or
-#: rejected (downlink), never split or re-routed (``bridge.peers``).
-ADDRESS_CHARS = "LG-amqp-address-chars"
 
 LINK_QOS01 = "qos01"
 LINK_QOS2 = "qos2"
@@ -291,67 +283,6 @@ PROFILES: dict[str, Profile] = {
 
 
 # --------------------------------------------------------------- helpers
-def routing_key(topic: str) -> str:
-    """RabbitMQ's routing key for an MQTT topic: every ``/`` becomes ``.``."""
-    return topic.replace("/", ".")
-
-
-class AddressCharsError(ValueError):
-    """A topic holds text the peer gives a meaning in an address
-    [LG-amqp-address-chars]: the message is quarantined, never split or
-    re-routed (:mod:`bridge.amqp.unforwardable` reads ``rule``)."""
-
-    rule = ADDRESS_CHARS
-
-
-def refused_in(topic: str, template: str, refuse: str) -> str | None:
-    """The first text of ``refuse`` (space-separated, ``amqp.address_refuse``)
-    that ``topic`` holds, else None. (A ``.`` in a topic stays a word
-    separator of the routing key, as in RabbitMQ's own MQTT plugin.)"""
-    for text in refuse.split():
-        if text in topic:
-            return text
-    return None
-
-
-def address_for(topic: str, template: str, refuse: str = "") -> str:
-    """The AMQP target address for ``topic`` through ``amqp.address_template``.
-
-    ``{topic}`` is the topic verbatim, ``{routing_key}`` is :func:`routing_key`;
-    other braces in the template are left alone. Raises
-    :class:`AddressCharsError` when the topic holds text the peer would read
-    (:func:`refused_in`). Kept for the last 4,096 (topic, template, refuse)
-    triples: devices publish to the same topics again.
-    """
-    key = (topic, template, refuse)
-    out = _ADDRESSES.get(key)
-    if out is None:
-        bad = refused_in(topic, template, refuse) if ("{topic}" in template or "{routing_key}" in template) \
-            else None
-        if bad is not None:
-            raise AddressCharsError(
-                f"[{ADDRESS_CHARS}] topic {topic[:200]!r} ({len(topic)} chars) holds {bad!r}, which the "
-                f"AMQP peer reads in an address made by {template!r} (amqp.address_refuse, amqp.peer); "
-                "not forwarded, never split or re-routed")
-        out = _address_for(topic, template)
-        if len(_ADDRESSES) >= 4096:
-            _ADDRESSES.clear()
-        _ADDRESSES[key] = out
-    return out
-
-
-_ADDRESSES: dict[tuple[str, str, str], str] = {}
-
-
-def _address_for(topic: str, template: str) -> str:
-    out = template
-    if "{routing_key}" in out:
-        out = out.replace("{routing_key}", routing_key(topic))
-    if "{topic}" in out:
-        out = out.replace("{topic}", topic)
-    return out
-
-
 def identity(row: Mapping[str, Any]) -> str:
     """``<stream>/<partition>/<offset>``: the capture coordinates of a row."""
     return f"{row.get('stream')}/{row.get('partition')}/{row.get('offset')}"
@@ -526,7 +457,7 @@ def map_row(row: Mapping[str, Any], profile: Profile | str, address_template: st
     ``now`` is the send time (epoch seconds) for the remaining lifetime;
     ``refuse``: ``amqp.address_refuse``. An expired PUBLISH gives
     ``message=None``. Raises :class:`MappingError` when the row has no topic
-    or an unknown ``kind``, :class:`AddressCharsError` when its topic (or
+    or an unknown ``kind``, :class:`~bridge.amqp.addresses.AddressCharsError` when its topic (or
     Response Topic) cannot be an address on the peer.
     """
     prof = PROFILES[profile] if isinstance(profile, str) else profile
