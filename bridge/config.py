@@ -435,6 +435,13 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def _check_together(cfg: Config) -> None:
     """Rules over more than one key."""
     sql = cfg.sql
+    amqp = cfg.amqp
+    if amqp.downlink and amqp.downlink_topic_address in PEERS[amqp.peer].looping_topic_links:
+        raise ConfigError("amqp.downlink_topic_address", cfg.sources.get("amqp.downlink_topic_address", "default"),
+                          f"{amqp.downlink_topic_address!r} on amqp.peer = {amqp.peer!r} receives every address of "
+                          "the broker, its dead-letter address too: each message the edge rejects would come back "
+                          "from there for ever [LG-amqp-topic-link-loop]; name the addresses of your commands, "
+                          "e.g. topic://cmd.#")
     if sql.connect_port and sql.connect_host not in _LOOPBACK and not sql.connect_token \
             and not sql.connect_host.startswith("127."):
         raise ConfigError("sql.connect_host", cfg.sources.get("sql.connect_host", "default"),

@@ -56,6 +56,13 @@ class Peer:
     #: attached with a volatile terminus: durable, it would outlive the edge
     #: (Artemis: a durable subscription per link name, never removed)
     subscription_prefixes: tuple[str, ...] = ()
+    #: topic links refused at start: they would receive the edge's own
+    #: rejections back from the dead-letter address, for ever
+    looping_topic_links: tuple[str, ...] = ()
+    #: a producer's ``to`` may be an address of ``amqp.address_template``
+    #: rather than the topic (the anonymous relay routes by it): read back
+    #: through the template when it has the template's form
+    to_may_be_address: bool = False
 
 
 PEERS: dict[str, Peer] = {
@@ -78,14 +85,17 @@ PEERS: dict[str, Peer] = {
         title="Apache ActiveMQ Artemis 2.x",
         address_template="topic://{routing_key}",
         client_address_template="queue://mqtt.to.{client_id}",
-        downlink_topic_address="topic://#",
+        downlink_topic_address="",
         refuse="* # ::",
-        rcv_settle_second="yes",
-        anonymous_relay="yes (offered in its open frame)",
+        rcv_settle_second="no: the attach is answered with first (the forwarder logs it and goes on)",
+        anonymous_relay="yes (offered in its open frame); a producer's `to` of the form of "
+                        "`amqp.address_template` is read back as its topic",
         keeps=("`queue://...` (anycast): the queue and its messages; `topic://...` (multicast): only what "
                "a subscription queue exists for while the receiver is attached"),
         rejected="sent to the address's dead-letter address when one is configured, else dropped",
         subscription_prefixes=("topic://",),
+        looping_topic_links=("topic://#", "#"),
+        to_may_be_address=True,
     ),
     "generic": Peer(
         name="generic",
@@ -108,7 +118,10 @@ def peer_table_markdown() -> str:
         ("`amqp.address_template`", lambda p: f"`{p.address_template}`"),
         ("`amqp.client_address_template`", lambda p: f"`{p.client_address_template}`"),
         ("`amqp.downlink_topic_address`",
-         lambda p: f"`{p.downlink_topic_address}`" if p.downlink_topic_address else "none"),
+         lambda p: (f"`{p.downlink_topic_address}`" if p.downlink_topic_address else "none: name yours")
+         + ("; refused: " + ", ".join(f"`{t}`" for t in p.looping_topic_links) + " (the broker's own "
+            "addresses and its dead-letter address, where the edge's rejections would come back from "
+            "for ever)" if p.looping_topic_links else "")),
         ("refused in a topic (`amqp.address_refuse`)",
          lambda p: " ".join(f"`{t}`" for t in p.refuse.split()) or "nothing more"),
         ("rcv-settle-mode second", lambda p: p.rcv_settle_second),

@@ -62,6 +62,7 @@ from bridge.amqp.connection import peer_url
 from bridge.amqp.retry import RECONNECT_MAX_S, backoff, condition_text, reconnect_backoff
 from bridge.amqp.reverse import ReverseMappingError, map_message
 from bridge.config import AmqpConfig
+from bridge.peers import PEERS
 
 __all__ = ["DownlinkReceiver", "OUTCOMES"]
 
@@ -308,7 +309,8 @@ class DownlinkReceiver(MessagingHandler):
         token = _Token(delivery, link, self.epoch, address)
         try:
             result = map_message(event.message, address, self.cfg.profile, time.time(),
-                                 self.cfg.address_template, self.cfg.address_refuse)
+                                 self.cfg.address_template, self.cfg.address_refuse,
+                                 PEERS[self.cfg.peer].to_may_be_address)
         except ReverseMappingError as exc:
             result = exc
         self.deliver(address, result, token)

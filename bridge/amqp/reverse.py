@@ -121,6 +121,8 @@ class Downlink:
     template: str | None = field(default=None, repr=False, compare=False)
     #: ``amqp.address_refuse``: text a topic taken from an address must not hold
     refuse: str = field(default="", repr=False, compare=False)
+    #: a ``to`` of the template's form is an address (the peer's anonymous relay)
+    to_may_be_address: bool = field(default=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -230,8 +232,28 @@ def _content_type_of(m) -> str | None:
 
 
 # --------------------------------------------------------------- rule bodies
+def _refused_text(topic: str, address: str | None, out: Downlink) -> None:
+    bad = next((t for t in out.refuse.split() if t in topic), None)
+    if bad is not None:  # the peer read it: a list of destinations, a queue name
+        raise ReverseMappingError(ADDRESS_CHARS, f"the message's topic comes from the address "
+                                                 f"{(address or '')[:200]!r}, which holds {bad!r}: the peer "
+                                                 "reads it (amqp.address_refuse)")
+
+
+def _from_address(to: str, out: Downlink) -> str:
+    """``to`` read back through ``amqp.address_template`` when it has the
+    template's form (``topic://a.b`` -> ``a/b``), else ``to`` as it is."""
+    topic = topic_of_address(to, out.template) if out.template else None
+    if topic is None or topic == to:
+        return to
+    _refused_text(topic, to, out)
+    return topic
+
+
 def _topic(m, address, ann, now, out: Downlink) -> None:
     to = m.address
+    if to and out.to_may_be_address:  # a producer on the anonymous relay: `to` is where it sent
+        to = _from_address(text_of(to), out)
     if not to:
         rk = ann.get("x-routing-key")  # RabbitMQ's, on a message published over AMQP 0-9-1
         if rk:
@@ -241,11 +263,7 @@ def _topic(m, address, ann, now, out: Downlink) -> None:
             if "*" in to or "#" in to or ">" in to:  # RabbitMQ's and ActiveMQ's wildcards
                 raise ReverseMappingError(NO_TOPIC, "the message has no 'to' (its topic) and "
                                                     f"arrived over the wildcard address {address!r}")
-            bad = next((t for t in out.refuse.split() if t in to), None)
-            if bad is not None:  # the peer read it: a list of destinations, a queue name
-                raise ReverseMappingError(ADDRESS_CHARS, f"the message has no 'to' (its topic) and its "
-                                                         f"address {address[:200]!r} holds {bad!r}, which "
-                                                         "the peer reads (amqp.address_refuse)")
+            _refused_text(to, address, out)
     out.topic = _check_topic(text_of(to))
 
 
@@ -381,22 +399,30 @@ if set(REVERSE) != set(PROFILES):  # one reverse table per forward profile
 
 
 def map_message(message, address: str | None, profile: str, now: float,
-                address_template: str | None = None, address_refuse: str = ""):
+                address_template: str | None = None, address_refuse: str = "",
+                to_may_be_address: bool = False):
     """The :class:`Downlink` of a proton ``message`` received on ``address``
     (``now``: epoch seconds), :data:`OWN` for a message lakegate forwarded;
     raises :class:`ReverseMappingError`. ``address_template``: the
     configured ``amqp.address_template``, whose addresses name topics too
     (a ``reply-to``, the link's address); ``address_refuse``: the
     configured ``amqp.address_refuse``, text a topic taken from an address
-    must not hold [LG-amqp-address-chars]."""
+    must not hold [LG-amqp-address-chars]; ``to_may_be_address``: the
+    peer's (``bridge.peers``), a ``to`` of the template's form is read back
+    as its topic (a producer on the anonymous relay sets ``to`` to the
+    address it sends to)."""
     props = message.properties or {}
     if ID_PROPERTY in props:
         return OWN
     ann = {str(k): v for k, v in (message.annotations or {}).items()}
+    out = Downlink(message_id=message.id, template=address_template, refuse=address_refuse,
+                   to_may_be_address=to_may_be_address)
     if message.subject == "pubrel":
-        return Downlink(topic=text_of(message.address or topic_of_address(address, address_template)
-                                      or ""), qos=2, pubrel=True, message_id=message.id)
-    out = Downlink(message_id=message.id, template=address_template, refuse=address_refuse)
+        to = text_of(message.address) if message.address else ""
+        if to and to_may_be_address:
+            to = _from_address(to, out)
+        return Downlink(topic=to or topic_of_address(address, address_template) or "", qos=2, pubrel=True,
+                        message_id=message.id)
     for rule in REVERSE[profile]:
         rule.read(message, address, ann, now, out)
     return out
