@@ -63,6 +63,8 @@ class Peer:
     #: rather than the topic (the anonymous relay routes by it): read back
     #: through the template when it has the template's form
     to_may_be_address: bool = False
+    #: what else the operator must know
+    note: str = "-"
 
 
 PEERS: dict[str, Peer] = {
@@ -96,6 +98,10 @@ PEERS: dict[str, Peer] = {
         subscription_prefixes=("topic://",),
         looping_topic_links=("topic://#", "#"),
         to_may_be_address=True,
+        note=("Artemis reads application properties named `_AMQ_...` (duplicate detection, and on the "
+              "unprefixed address `activemq.management` its operations): MQTT User Properties become "
+              "application properties as they are, so give the edge's AMQP user no management rights and "
+              "keep a prefix in `amqp.address_template`"),
     ),
     "generic": Peer(
         name="generic",
@@ -128,6 +134,7 @@ def peer_table_markdown() -> str:
         ("anonymous relay", lambda p: p.anonymous_relay),
         ("kept while the edge is away", lambda p: p.keeps),
         ("a message the edge rejects", lambda p: p.rejected),
+        ("also", lambda p: p.note),
     ]
     peers = list(PEERS.values())
     lines = ["| `amqp.peer` | " + " | ".join(f"`{p.name}`: {p.title}" for p in peers) + " |",
