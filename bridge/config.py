@@ -20,6 +20,10 @@ refused until object storage is supported.
 Units are in the key names (``keepalive_s``, ``max_packet_bytes``). The key
 names ``data_dir``, ``edge.host``, ``edge.port``, ``amqp.url``,
 ``amqp.address_template`` and ``amqp.profile`` are a public contract.
+
+This module loads and checks; the configuration written out again (as TOML
+for ``lakegate config``, as JSON over a pipe to a child process, and back)
+is :mod:`bridge.config_render`.
 """
 
 from __future__ import annotations
@@ -53,11 +57,8 @@ __all__ = [
     "MetricsConfig",
     "TablesConfig",
     "conf_dir",
-    "config_from_wire",
-    "config_to_wire",
     "load_config",
     "mask_secret",
-    "render_toml",
     "set_value",
 ]
 
@@ -434,7 +435,6 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def _check_together(cfg: Config) -> None:
     """Rules over more than one key."""
-    sql = cfg.sql
     amqp = cfg.amqp
     if amqp.downlink and amqp.downlink_topic_address in PEERS[amqp.peer].looping_topic_links:
         raise ConfigError("amqp.downlink_topic_address", cfg.sources.get("amqp.downlink_topic_address", "default"),
@@ -442,37 +442,12 @@ def _check_together(cfg: Config) -> None:
                           "the broker, its dead-letter address too: each message the edge rejects would come back "
                           "from there for ever [LG-amqp-topic-link-loop]; name the addresses of your commands, "
                           "e.g. topic://cmd.#")
+    sql = cfg.sql
     if sql.connect_port and sql.connect_host not in _LOOPBACK and not sql.connect_token \
             and not sql.connect_host.startswith("127."):
         raise ConfigError("sql.connect_host", cfg.sources.get("sql.connect_host", "default"),
                           f"{sql.connect_host!r} is not a loopback address: set sql.connect_token too (any client "
                           "that reaches the port could read every table), or bind 127.0.0.1")
-
-
-def config_to_wire(cfg: Config) -> str:
-    """The whole configuration as JSON, secrets and all, with where each value
-    came from (``sources``) and what relative paths are relative to
-    (``bases``): for a child process of this one (``lakegate run``'s edge,
-    :mod:`bridge.job.edge_process`), which must see exactly the parent's
-    configuration -- the same values, and the same "set by the user or
-    default" that checks like :mod:`bridge.edge.exposure` depend on. Sent
-    over a pipe, never on a command line or in the environment."""
-    return json.dumps({"values": cfg.as_dict(), "sources": cfg.sources, "bases": cfg.bases})
-
-
-def config_from_wire(text: str) -> Config:
-    """The configuration :func:`config_to_wire` sent (values as they were: no
-    checks again, no environment, no file)."""
-    wire = json.loads(text)
-    cfg = Config()
-    for key in known_keys():
-        section, _, name = key.rpartition(".")
-        tree = wire["values"][section] if section else wire["values"]
-        if name in tree:
-            setattr(getattr(cfg, section) if section else cfg, name, tree[name])
-    cfg.sources.update(wire["sources"])
-    cfg.bases.update(wire["bases"])
-    return cfg
 
 
 def mask_secret(key: str, value: Any) -> Any:
@@ -494,38 +469,3 @@ def _mask_tree(d: dict[str, Any], prefix: str = "") -> None:
             _mask_tree(v, f"{prefix}{k}.")
         else:
             d[k] = mask_secret(f"{prefix}{k}", v)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    return json.dumps(v)
-
-
-def render_toml(cfg: Config, masked: bool = True, with_sources: bool = True) -> str:
-    """The effective configuration as TOML, each value's source as a comment."""
-    d = cfg.as_dict()
-    if masked:
-        _mask_tree(d)
-    lines: list[str] = []
-
-    def emit(key: str, name: str, value: Any) -> None:
-        line = f"{name} = {_toml_value(value)}"
-        if with_sources:
-            line += f"  # {cfg.sources.get(key, 'default')}"
-            if key == "data_dir":  # relative to its file (or conf/ for the default): say where that is
-                line += f"; = {cfg.data_path}"
-        lines.append(line)
-
-    for k, v in d.items():
-        if not isinstance(v, dict):
-            emit(k, k, v)
-    for k, v in d.items():
-        if isinstance(v, dict):
-            lines.append("")
-            lines.append(f"[{k}]")
-            for name, value in v.items():
-                emit(f"{k}.{name}", name, value)
-    return "\n".join(lines) + "\n"

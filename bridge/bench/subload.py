@@ -34,10 +34,19 @@ Contract
   :func:`bridge.mqtt.decode_packet`; the hot path reads the fixed header,
   topic length, packet id and the two payload fields by hand
   (:func:`parse_publish` is checked against the codec in the tests).
-* :func:`idle_sessions` creates persistent sessions (Clean Session 0), each
-  with one SUBSCRIBE of ``subscriptions`` filters, and disconnects them.
 
 Every wait is bounded by a timeout; nothing here loops without a bound.
+The bench's other load, idle persistent sessions, is
+:mod:`bridge.bench.subscribe_idle`.
+
+One piece: the clients and :class:`FanOut` are one measurement's two
+halves: subscribers and the publisher call back into their run on every
+chunk (``delivered``, ``acked``, ``fail``) and read the template's layout
+there (``fixed``, ``size``, ``pid_at``, ``payload_at``, ``warm_seq``);
+:func:`publish_template` and :meth:`FanOut.pump` write that layout
+(``_STAMP``: sequence and send time) and :func:`parse_publish` and the
+subscribers' bulk path read it. Split, the layout would be in one module
+and its only readers in another.
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from bridge.mqtt import (
     Subscription, decode_packet, encode,
 )
 
-__all__ = ["FanOut", "Refused", "frame_header", "idle_sessions", "parse_publish", "publish_template"]
+__all__ = ["FanOut", "LEVEL", "Refused", "frame_header", "parse_publish", "publish_template"]
 
 LEVEL = 4  # MQTT 3.1.1 everywhere: the level both servers have served longest
 _STAMP = struct.Struct(">QQ")
@@ -534,82 +543,3 @@ class FanOut:
             elif self.stopped and now - self.t_last > self.stall_s:
                 self.fail(f"stalled: nothing delivered or acknowledged for {self.stall_s:g} s "
                           f"({self.total} of {self.sent * self.n_subs} delivered)")
-
-
-# ---------------------------------------------------------------- idle sessions
-async def idle_sessions(host: str, port: int, *, sessions: int, subscriptions: int,
-                        prefix: str = "idle", concurrency: int = 50,
-                        timeout: float = 60.0) -> dict:
-    """Create ``sessions`` persistent sessions (MQTT 3.1.1, Clean Session 0,
-    client id ``<prefix>-<k>``), each with one SUBSCRIBE of ``subscriptions``
-    QoS 1 filters ``<prefix>/<k>/cmd/<j>``, then DISCONNECT. At most
-    ``concurrency`` at a time; the whole call is bounded by ``timeout``.
-    Returns ``sessions`` (created and acknowledged), ``refused``,
-    ``errors`` (first few messages), ``seconds``."""
-    done = 0
-    refused = 0
-    errors: list[str] = []
-    next_k = 0
-    t0 = time.perf_counter()
-
-    async def one(k: int) -> None:
-        nonlocal done, refused
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            writer.write(encode(Connect.for_level(LEVEL, client_id=f"{prefix}-{k}", keepalive=60,
-                                                  clean_start=False), LEVEL))
-            ack = await _read_packet(reader)
-            if not isinstance(ack, Connack) or ack.reason_code != 0:
-                refused += 1
-                return
-            writer.write(encode(Subscribe(packet_id=1, subscriptions=[
-                Subscription(f"{prefix}/{k}/cmd/{j}", qos=1) for j in range(subscriptions)]),
-                LEVEL))
-            ack = await _read_packet(reader)
-            if not isinstance(ack, Suback) or any(c >= 0x80 for c in ack.reason_codes):
-                refused += 1
-                if len(errors) < 5:
-                    errors.append(f"{prefix}-{k}: SUBSCRIBE answered with {ack!r}")
-                return
-            writer.write(_DISCONNECT)
-            await writer.drain()
-            await asyncio.wait_for(reader.read(), 10)  # the server closes after DISCONNECT
-            done += 1
-        finally:
-            writer.close()
-
-    async def worker() -> None:
-        nonlocal next_k
-        while next_k < sessions:
-            k = next_k
-            next_k += 1
-            try:
-                await one(k)
-            except (OSError, ValueError, asyncio.TimeoutError) as exc:
-                if len(errors) < 5:
-                    errors.append(f"{prefix}-{k}: {type(exc).__name__}: {exc}")
-
-    try:
-        await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(min(concurrency,
-                                                                              sessions)))),
-                               timeout)
-    except asyncio.TimeoutError:
-        errors.append(f"timed out after {timeout:g} s")
-    return {"sessions": done, "refused": refused, "errors": errors,
-            "seconds": round(time.perf_counter() - t0, 3)}
-
-
-async def _read_packet(reader: asyncio.StreamReader):
-    """One server-to-client packet, decoded by the codec."""
-    buf = b""
-    while True:
-        try:
-            packet, used = decode_packet(buf, LEVEL, from_client=False)
-            return packet
-        except IncompleteData as inc:
-            need = (inc.needed or len(buf) + 1) - len(buf)
-            chunk = await reader.read(max(need, 1))
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            buf += chunk
-

@@ -62,7 +62,8 @@ from pathlib import Path
 
 from bridge.bench.edge import _cpu_seconds, _stop, start_edge
 from bridge.bench.edge import start_mosquitto as _start_mosquitto
-from bridge.bench.subload import FanOut, Refused, idle_sessions
+from bridge.bench.subload import FanOut, Refused
+from bridge.bench.subscribe_idle import idle_sessions
 from bridge.config import Config
 
 __all__ = ["TARGETS", "add_arguments", "run", "rss_bytes", "start_mosquitto"]

@@ -31,6 +31,16 @@ must be closed and reopened, which recovers from what is on disk (after an
 fsync error the page cache cannot be trusted, so there is no retry).
 
 Only one process may write a log directory (``writer.lock``, flock).
+
+One piece: :class:`CaptureLog` is one protocol between the appending
+threads and the flusher over shared state -- ``_lock`` with its ``_room``
+condition, the open group, ``_sealed``, ``_pending_bytes``, ``_failed`` --
+and its parts are correct only together: an append seals a group the
+flusher takes without the lock, a commit frees the room appends wait for, a
+failure fails every sealed group and every later append, and ``close``
+seals, joins the flusher and publishes the durable offsets. Recovery is the
+partitions' own (:mod:`bridge.capture.partition`); the record format, the
+directory layout and retention have their modules.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from bridge.cli import common_parser
-from bridge.config import Config, render_toml
+from bridge.config import Config
+from bridge.config_render import render_toml
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -34,7 +34,8 @@ import os
 import signal
 import sys
 
-from bridge.config import Config, config_from_wire
+from bridge.config import Config
+from bridge.config_render import config_from_wire
 
 __all__ = ["main"]
 

@@ -48,6 +48,16 @@ PUBREC and PUBCOMP, and on a reconnection asks for the re-sends
 * **Re-sends** on reconnection: every unacknowledged PUBLISH again with DUP
   1, and PUBREL for the released ones, in their original order
   [MQTT-4.4.0-1]; DUP is set only there [MQTT-3.3.1-1, MQTT-3.3.1-3].
+
+One piece: :class:`Outbox` is one state -- the queue, ``inflight`` and the
+numbering ``next_k`` -- that every method reads and changes under the rules
+above: ``push`` numbers deliveries from ``next_k`` and ``_free_pid`` keeps
+the AMQP messages' identifiers clear of it and of ``inflight``; ``pump``
+and ``assume_sent`` move deliveries from the queue into ``inflight``;
+``resend`` puts some back at the front with DUP 1, which ``_bound`` must
+then never drop; the acknowledgements take them out. Split, the class's
+invariants would be spread over modules; the message it carries is
+:mod:`bridge.edge.message`'s.
 """
 
 from __future__ import annotations

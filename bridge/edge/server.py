@@ -17,7 +17,7 @@ actions that come back, in order:
   purpose; admitted, bounded or refused at once with 0x89 by
   :class:`~bridge.edge.admission.AuthQueue`), connection limit, take-over of
   an older connection with the same Client Identifier [MQTT-3.1.4-3],
-  session lookup; then ``Session.accept``.
+  session lookup; then ``Session.accept`` (:mod:`bridge.edge.connecting`).
 * ``WillMessage``: appended now, or after the Will Delay Interval unless a
   connection resumes the session first.
 
@@ -45,12 +45,14 @@ One log line per connection open (client id, version, remote address) and
 close (the same plus the reason); never payloads or passwords.
 
 Modules, along the data flow (this one holds the listeners, the connection
-lifecycle, performing actions, back-pressure, the CONNECT decision, the
-per-connection timers and shutdown; :class:`EdgeServer` is composed of the
-parts below):
+lifecycle, performing actions, back-pressure, the per-connection timers and
+shutdown; :class:`EdgeServer` is composed of the parts below):
 
 * :mod:`bridge.edge.connection` -- one connection: reading, pausing, the
   ordered outbound queue;
+* :mod:`bridge.edge.connecting` -- the CONNECT decision
+  (:class:`~bridge.edge.connecting.ConnectDecision`): password check,
+  anonymous access, take-over, the session from the store, and back to it;
 * :mod:`bridge.edge.acks` -- acknowledgements on group-commit futures
   (:class:`~bridge.edge.acks.DurableAcks`) and on forwarded marks
   (:class:`ForwardWaiter`);
@@ -61,6 +63,15 @@ parts below):
 * :mod:`bridge.edge.retained.serving` -- the retained store (retained
   messages on SUBSCRIBE from the lakehouse): loaded at start, refreshed;
 * :mod:`bridge.edge.thread` -- :class:`EdgeThread` (importable from here too).
+
+One piece: with the parts above taken out, what is left is the server's
+own life and the one place where actions are carried out. ``shutdown``
+undoes what ``start`` set up (listeners, tasks, the auth queue, the
+downlink, the forward waiter, the log it opened, the collector's tuning);
+the connection's callbacks, the timers, the CONNECT decision and the
+fan-out all end in :meth:`EdgeServer.perform`; and it, the connection
+lifecycle and shutdown work on the same connection set, client table and
+counters, set up in ``__init__``.
 """
 
 from __future__ import annotations
@@ -79,6 +90,7 @@ from bridge.edge.acks import DurableAcks, ForwardWaiter
 from bridge.edge.acl import AclFileError, AclWatcher
 from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
+from bridge.edge.connecting import ConnectDecision
 from bridge.edge.connection import Connection, remote_address
 from bridge.edge.fanout import FanOut
 from bridge.edge.gc_tuning import tune_gc, untune_gc
@@ -119,7 +131,8 @@ def _base36(n: int) -> str:
             return out
 
 
-class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, RetainedServing):
+class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, RetainedServing,
+                 ConnectDecision):
     """The MQTT edge server (see the module docstring).
 
     ``log``: an open :class:`CaptureLog` to use (tests); by default the
@@ -349,18 +362,6 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         if session.rejected_rule is not None:
             self.rejected[session.rejected_rule] = self.rejected.get(session.rejected_rule, 0) + 1
 
-    def _end_client(self, conn: Connection) -> None:
-        """Hand the connection's ClientSession back to the store (once)."""
-        if conn.client is None or conn.ended:
-            return
-        conn.ended = True
-        cid = conn.session.client_id
-        if self.clients.get(cid) is conn:
-            del self.clients[cid]
-        self.store.close(conn.client, time.time())
-        if not conn.client.persistent:  # a clean session's subscriptions end with it
-            self.drop_session(cid, "clean session closed")
-
     # ------------------------------------------------------------ actions
     def perform(self, conn: Connection, actions: list) -> None:
         """Carry out a session's actions in order (see the module docstring)."""
@@ -466,80 +467,6 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             log.error("capture log failed, the edge stops: %s", exc)
             if self.stopped is not None:
                 self.stopped.set()
-
-    # ------------------------------------------------------------ CONNECT
-    def _connect(self, conn: Connection, req: ConnectRequest) -> None:
-        pw = self.passwords
-        if pw is not None and req.username is not None:
-            # The hash is slow on purpose: the AuthQueue runs it in a worker
-            # thread, bounded (see bridge/edge/admission.py). Reading goes on
-            # (up to connection._AUTH_READ_MAX) so that a client that hangs up meanwhile
-            # is noticed and its check skipped.
-            conn.auth_bytes = 0
-            busy = self.auth.submit(
-                conn.host, lambda: pw.check(req.username, req.password),
-                lambda: conn.transport is not None and not conn.transport.is_closing(),
-                lambda f: self._connect_checked(conn, req, f) if f is not None else None)
-            if busy is not None:
-                conn.auth_bytes = -1
-                self.stats["refused"] += 1
-                self.stats["auth_busy"] += 1
-                self.perform(conn, conn.session.refuse(edge_rules.AUTH_BUSY, 0x89, busy))
-        else:
-            self._connect_checked(conn, req, None)
-
-    def _connect_checked(self, conn: Connection, req: ConnectRequest, checked) -> None:
-        session = conn.session
-        if conn.transport is None or self._stopping:
-            return
-        conn.auth_bytes = -1
-        conn.resume("auth")
-        refusal = None
-        if checked is not None:
-            try:
-                ok = bool(checked.result())
-            except Exception as exc:  # a broken hash entry: refuse, say why in the log
-                log.error("%s: password check failed: %s", conn.conn_id, exc)
-                ok = False
-            if not ok:  # (the AuthQueue has recorded the outcome for the address)
-                refusal = (0x86, f"bad user name or password for user name of "
-                                 f"{len(req.username or '')} characters")
-        elif req.username is None and not self.allow_anonymous:
-            refusal = (0x87, "anonymous access is off (edge.allow_anonymous = false)"
-                       if not self.edge.allow_anonymous else
-                       "anonymous access is off beyond loopback (edge.allow_anonymous not set) "
-                       f"[{edge_rules.ANONYMOUS_BEYOND_LOOPBACK}]")
-        if refusal is not None:
-            self.stats["refused"] += 1
-            self.perform(conn, session.refuse(edge_rules.AUTH_FAILED, *refusal))
-            return
-        cid = req.client_id
-        old = self.clients.get(cid)
-        if old is not None and old is not conn:
-            self._end_client(old)
-            if old.transport is not None:
-                self.perform(old, old.session.take_over())
-        pending = self.pending_wills.pop(cid, None)
-        if pending is not None:
-            pending[0].cancel()
-            if req.clean_start:  # the old session ends now, and with it the delay
-                self._capture_will(pending[1])
-        client, present = self.store.open(cid, req.clean_start, req.expiry_s, time.time(),
-                                          req.protocol_level)
-        if not present:  # a new session: nothing of an earlier one survives [MQTT-3.1.2-4]
-            self.drop_session(cid, "replaced by a new session")
-        conn.client = client
-        self.clients[cid] = conn
-        log.info("open %s client=%s v=%s remote=%s%s clean=%d keepalive=%d session_present=%d "
-                 "user=%s", conn.conn_id, cid, version_name(req.protocol_level), conn.remote,
-                 " tls" if conn.tls else "", req.clean_start, session.keepalive, present,
-                 "yes" if req.username is not None else "no")
-        self.perform(conn, session.accept(client, present, self.loop.time()))
-        conn.work_if_pending()  # a large SUBSCRIBE right behind the CONNECT
-        if self.downlink is not None:
-            self.downlink.connected(conn)
-        self.account(conn)
-        self._arm(conn)
 
     # ------------------------------------------------------------ timers
     def _arm(self, conn: Connection) -> None:

@@ -60,11 +60,28 @@ the endings, the Will and the rejects; the others are parts of
   CONNACK; :class:`Limits`; the connection states;
 * :mod:`bridge.edge.inbound` -- PUBLISH and its QoS 1 / 2 flows, PUBREL and
   the other packets of a connected client, DISCONNECT;
+* :mod:`bridge.edge.subscribing` -- SUBSCRIBE and UNSUBSCRIBE, large ones in
+  slices;
+* :mod:`bridge.edge.sending` -- the subscriber's PUBACK, PUBREC and PUBCOMP,
+  and what the session sends it;
 * :mod:`bridge.edge.actions` -- the actions, and the PUBLISH a Will becomes;
 * :mod:`bridge.edge.records` -- what is recorded of a rejected or redacted
   frame.
 
 Every name this module exported before the split is still importable here.
+
+One piece: what each packet does lives in the parts above; what is left
+is the frame loop (``Session._process``, one iteration per frame) and the
+ways out of it, which the loop and the parts share. A frame the codec or a
+part refuses ends in ``_reject`` (from the loop's error paths and from
+:mod:`~bridge.edge.subscribing`'s slices); the keep-alive timer, shutdown
+and take-over end in ``_server_disconnect``; a connected session's Will
+goes out through ``_will_into`` (from those and from
+:mod:`~bridge.edge.inbound`'s DISCONNECT); the headers of a rejected frame
+or a Will come from ``_base_headers``, which the handshake uses too. Every
+exit sets ``state`` to CLOSED, which the loop checks before each frame, and
+``close_reason``: the loop and its exits are one state machine, kept in
+one file.
 """
 
 from __future__ import annotations
@@ -82,6 +99,7 @@ from bridge.edge.handshake import (  # MQTT_MAX_PACKET, CONNECTING...: importabl
 from bridge.edge.inbound import InboundFlows
 from bridge.edge.records import REJECT_RECORD_BYTES, redact_password, reject_record
 from bridge.edge.router import Router
+from bridge.edge.sending import SendingFlows
 from bridge.edge.state import ClientSession
 from bridge.edge.subscribing import SLICE_BYTES, SubscriberFlows
 from bridge.mqtt import Connect, IncompleteData, MqttError, PubAck, Publish
@@ -140,7 +158,7 @@ TURN_BUDGET = 1024
 PUBLISH_COST = 8
 
 
-class Session(ConnectHandshake, InboundFlows, SubscriberFlows):
+class Session(ConnectHandshake, InboundFlows, SubscriberFlows, SendingFlows):
     """One network connection's MQTT session (see the module docstring)."""
 
     def __init__(self, conn_id: str, remote: str, limits: Limits, now: float, *,

@@ -66,6 +66,15 @@ about 500,000 calls/s for a topic with one match whether the tree holds 0 or
 100,000 other subscriptions (100,000 calls/s with 100 matches).
 
 The tree is not thread-safe: the edge's event loop owns it.
+
+One piece: ``_Node`` and :class:`SubscriptionTree` are one data
+structure. ``add`` splits a node's run of levels (``seg``) where a filter
+ends or turns off, ``_unlink`` (behind ``remove``, ``remove_client``,
+``sweep`` and ``settle``) prunes nodes and merges runs again, and ``match``
+walks the same compressed nodes with their three forms of ``kids`` and
+``subs``; the invariant (a run holds no wildcard level and nothing along
+it) is kept by all of them together. The subscriptions and shared groups
+it stores are :mod:`bridge.edge.subscription`'s already.
 """
 
 from __future__ import annotations

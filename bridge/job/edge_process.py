@@ -48,7 +48,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bridge.config import Config, config_to_wire
+from bridge.config import Config
+from bridge.config_render import config_to_wire
 
 __all__ = ["EdgeProcess", "EdgeStartFailed"]
 

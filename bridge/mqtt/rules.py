@@ -30,6 +30,16 @@ overrules it.
 
 ``render_markdown()`` produces ``docs/rules.md``; a test keeps the file in
 step. Regenerate with ``python -m bridge.mqtt > docs/rules.md``.
+
+One piece: this is a rule table, and the two tables beside it
+(``SEED_NUMBERING``, ``VECTOR_DEVIATIONS``) are read with it:
+:func:`render_markdown` renders all three into the one page
+``docs/rules.md`` (each deviation with its rule's reason code from
+``RULES``), and ``tests/mqtt/test_rules.py`` checks them against each other
+(a rule's seed id is in ``SEED_NUMBERING``, a deviation names a rule of
+``RULES`` with another reason code). Most of the lines are ``RULES``
+itself, one entry per statement; split by length, a table would only be cut
+in two.
 """
 
 from __future__ import annotations

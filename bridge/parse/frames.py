@@ -42,6 +42,17 @@ means "no CONNECT seen": only a CONNECT is acceptable [MQTT-3.1.0-1].
 Runtime contract: runs on executors, inside the pandas UDF; imports numpy,
 pyarrow and the pure-Python codec tables only; no Spark, no I/O; module-level
 functions are picklable.
+
+One piece: the checks above and the passes that apply them (the fixed
+header in ``_parse_slice``, then ``_publish``, ``_acks``, the ping check
+and ``_publish_session_checks``) are one ordered procedure.
+:class:`~bridge.parse.problems.Problems` keeps each row's first failure and
+leaves a failed row out of every later check, so the order in which
+``_parse_slice`` runs the ``P.fail`` calls is the codec's order of rules,
+which the ``rule`` column must follow; the passes also hand each other
+their arrays (``body``, ``bend``, ``out.props``). What is not that
+procedure lives beside it already: buffers, property blocks, UTF-8,
+varints, the output columns, the per-row path, the problem table.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import Config, ConfigError, load_config, mask_secret, render_toml
+from bridge.config import Config, ConfigError, load_config, mask_secret
+from bridge.config_render import render_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

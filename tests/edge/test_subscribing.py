@@ -1,7 +1,8 @@
-"""A connected client as a subscriber (bridge/edge/subscribing.py, part of
-the Session): SUBSCRIBE / UNSUBSCRIBE answers, deliveries, the subscriber's
-acknowledgements and the re-sends on reconnection. Driven by bytes and
-explicit times through the Harness: no socket, no event loop.
+"""A connected client as a subscriber (bridge/edge/subscribing.py and
+sending.py, parts of the Session): SUBSCRIBE / UNSUBSCRIBE answers,
+deliveries, the subscriber's acknowledgements and the re-sends on
+reconnection. Driven by bytes and explicit times through the Harness: no
+socket, no event loop.
 
 Test names carry the rule id they check (OASIS MQTT 5.0 numbering; project
 ids LG-... from bridge/edge/rules.py)."""

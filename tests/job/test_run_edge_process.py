@@ -26,7 +26,8 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from bridge.capture import CaptureLog
-from bridge.config import config_from_wire, config_to_wire, load_config
+from bridge.config import load_config
+from bridge.config_render import config_from_wire, config_to_wire
 from bridge.ports import free_loopback_port
 from bridge.tables.deltars import DeltaRsEngine
 from tests.job.test_run import Run

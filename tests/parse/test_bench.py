@@ -9,7 +9,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from bridge.bench.parse import floor, generate, measure
+from bridge.bench.parse import floor, measure
+from bridge.bench.parse_mix import generate
 from bridge.commands.bench import BENCHES
 from bridge.parse import parse_frames
 
