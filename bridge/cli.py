@@ -30,7 +30,7 @@ from bridge.capture.errors import CaptureError
 from bridge.config import PATH_KEYS, Config, ConfigError, load_config
 from bridge.edge.auth import PasswordFileError
 from bridge.javacheck import JavaMissing
-from bridge.logs import LOG_FORMAT, BoundedFormatter
+from bridge.logs import LOG_FORMAT, BoundedFormatter, quiet_third_party
 
 __all__ = ["COMMANDS", "UsageError", "common_parser", "failure_line", "main"]
 
@@ -107,8 +107,9 @@ def setup_logging(config: Config) -> None:
             handler.addFilter(_not_py4j_via_root)
         if getattr(handler, "stream", None) is sys.stderr:  # (ours, not a test's capture)
             handler.setFormatter(BoundedFormatter())  # no record longer than MAX_LINE_CHARS
-    # py4j logs every gateway call at INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # The libraries' own INFO lines (py4j logs every gateway call, proton
+    # every connection) are not the command's: WARNING and above only.
+    quiet_third_party(config.log_level)
     # PySpark logs every SQL analysis error with its whole JVM stack before
     # raising it; the command prints the error itself, in one line.
     # py4j.clientserver logs a foreachBatch error with its traceback before

@@ -287,7 +287,7 @@ class SparkConfig:
     #: under spark-submit, whose --driver-java-options win). C1 only: the JIT's
     #: C2 compiler threads were half the JVM's CPU in a small deployment; the
     #: serial collector: G1's concurrent threads were two thirds of what was
-    #: left (README, "The local JVM"); "" for the JVM's defaults.
+    #: left (docs/job.md, "The local JVM"); "" for the JVM's defaults.
     java_options: str = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     #: where the local JVM's class-data-sharing archives live
     #: (``bridge.spark.class_archive``; ``lakegate jvm-archive`` makes one):

@@ -6,6 +6,12 @@ Every line carries a timestamp, the level and the logger
 process with it). :func:`ensure_worker_logging` is for code that runs on
 executors: a Python worker has no logging configured, so Python's
 last-resort handler would print its warnings bare, without a time.
+
+A command prints what it means to say, and its log lines are lakegate's:
+:func:`quiet_third_party` keeps the libraries' own INFO lines
+(python-qpid-proton's ``Connecting to Url(...)``, ``Disconnected, already
+closed``; py4j's every gateway call) out of them, their warnings and errors
+in; with ``log_level = "DEBUG"`` their INFO lines come back (py4j's never).
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["LOG_FORMAT", "MAX_LINE_CHARS", "BoundedFormatter", "ensure_worker_logging"]
+__all__ = ["LOG_FORMAT", "MAX_LINE_CHARS", "THIRD_PARTY_LOGGERS", "BoundedFormatter", "ensure_worker_logging",
+           "quiet_third_party"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: the most characters one log record prints (its traceback included): a
@@ -21,6 +28,12 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: once made a 29.5 MB line) must not flood the log [LG-log-line-bound]
 MAX_LINE_CHARS = 16_384
 _TAIL = 2_048
+#: the loggers of the libraries lakegate runs (and their children): their
+#: INFO lines narrate the library's own work, not the command's
+THIRD_PARTY_LOGGERS = ("proton", "py4j", "urllib3", "grpc", "paho", "deltalake", "pyspark", "matplotlib",
+                       "asyncio")
+#: those whose INFO lines stay out even at DEBUG (py4j logs every gateway call)
+_ALWAYS_QUIET = ("py4j",)
 
 
 class BoundedFormatter(logging.Formatter):
@@ -55,3 +68,13 @@ def ensure_worker_logging(level: str = "INFO") -> None:
     bridge.addHandler(h)
     bridge.setLevel(getattr(logging, level.upper(), logging.INFO))
     bridge.propagate = False
+
+
+def quiet_third_party(log_level: str = "INFO") -> None:
+    """The third-party loggers (:data:`THIRD_PARTY_LOGGERS`) at WARNING, so
+    that a command's output and log hold lakegate's lines; at ``DEBUG``
+    (``--set log_level=DEBUG``) at INFO, but py4j's still at WARNING."""
+    debug = str(log_level).upper() == "DEBUG"
+    for name in THIRD_PARTY_LOGGERS:
+        level = logging.INFO if debug and name not in _ALWAYS_QUIET else logging.WARNING
+        logging.getLogger(name).setLevel(level)

@@ -4,7 +4,7 @@ although QoS 0/1 and QoS 2 travel on two links per address (the seed's
 design). MQTT 5.0 section 4.6 asks only for order per topic and QoS level
 [MQTT-4.6.0-5] (every topic ordered by default, [MQTT-4.6.0-6]);
 lakegate keeps order per topic across QoS levels, not across topics (resends
-excepted; see the README's AMQP forwarding, Order)."""
+excepted; see docs/amqp.md, Order)."""
 
 from __future__ import annotations
 

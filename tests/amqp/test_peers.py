@@ -106,5 +106,5 @@ def test_lg_amqp_address_chars_the_downlink_rejects_an_address_derived_topic_hol
                        "").topic == "cmd/q::r"
 
 
-def test_the_readme_shows_the_peer_table_as_the_code_has_it():
-    assert peer_table_markdown() in (ROOT / "README.md").read_text()
+def test_the_amqp_page_shows_the_peer_table_as_the_code_has_it():
+    assert peer_table_markdown() in (ROOT / "docs" / "amqp.md").read_text()  # bridge.commands.docs_reference

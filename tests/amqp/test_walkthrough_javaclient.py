@@ -17,7 +17,7 @@ forwarder attached to its capture log), against each peer:
   properties (uint, boolean, string), content-type, correlation-id and
   reply-to, to the topic address and to the client's own address; the
   MQTT 5 subscriber gets exactly what the reverse mapping promises
-  (README, "Reverse mapping") and nothing else, once, and the Java sender
+  (docs/amqp-to-mqtt.md, "Reverse mapping") and nothing else, once, and the Java sender
   sees ``accepted``.
 
 Peers: ``rabbitmq`` (3.10, ``scripts/services``; its addresses
@@ -230,7 +230,7 @@ def mqtt_properties(msg) -> dict[str, Any]:
 
 
 def test_a_publish_from_mqtt5_arrives_as_protonj2_decodes_it(walk):
-    """The forward mapping's fields (README, "Mapping, profile seed") as a
+    """The forward mapping's fields (docs/amqp.md, "Mapping, profile seed") as a
     Java client decodes them, types included."""
     prefix, peer = walk.prefix, walk.peer
     topic, reply = f"{prefix}/devices/7/telemetry", f"{prefix}/devices/7/reply"

@@ -23,7 +23,7 @@ def test_session_is_local_and_quiet(spark):
 
 def test_local_jvm_runs_with_spark_java_options_c1_only_serial_gc_by_default(spark):
     """spark.java_options reaches the local JVM (C1 JIT only and the serial
-    collector by default: README, The local JVM)."""
+    collector by default: docs/job.md, The local JVM)."""
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j handle, no public API for the JVM's arguments
     args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert "-XX:TieredStopAtLevel=1" in args and "-XX:+UseSerialGC" in args

@@ -1,4 +1,4 @@
-"""The README's spark-submit command on a real Spark standalone cluster.
+"""The spark-submit command of docs/job.md on a real Spark standalone cluster.
 
 ``scripts/cluster`` starts a master and two workers from the pyspark wheel on
 loopback, in an environment whose ``python3`` is the system one (no pyarrow,
@@ -51,7 +51,7 @@ def _system_env() -> dict[str, str]:
 
 
 def _submit_env() -> dict[str, str]:
-    """The README's spark-submit environment: the venv active, PYSPARK_PYTHON not set."""
+    """The spark-submit environment of docs/job.md: the venv active, PYSPARK_PYTHON not set."""
     env = _system_env()
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env['PATH']}"
     env["VIRTUAL_ENV"] = str(VENV_BIN.parent)

@@ -86,7 +86,7 @@ def check_sent(sent: bytes, level: int | None) -> None:
     """Everything the edge sent decodes as Server-to-Client packets, which
     checks each reason code against its packet's table (MQTT-3.2.2-8,
     MQTT-3.14.2-1, ...). MQTT 3.1 output is read with the 3.1.1 shapes: the
-    one difference, SUBACK 0x80 (3.1 has no failure code), is the README's
+    one difference, SUBACK 0x80 (3.1 has no failure code), is docs/edge.md's
     stated choice."""
     lv = 4 if level in (None, 3) else level
     while sent:

@@ -1,6 +1,8 @@
 """`lakegate demo` from scratch: it starts a background run, publishes the
 workload, waits for the job, prints what the README's quick start shows, and
-stops the run it started."""
+stops the run it started; at the default log level, with nothing of the
+libraries' own INFO lines (python-qpid-proton's "Connecting to Url(...)")
+between its results."""
 
 import re
 import subprocess
@@ -20,10 +22,12 @@ def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq):
     env = child_env()
     port = _free_port()
     out = subprocess.run([sys.executable, "-m", "bridge", "demo", "--set", f"data_dir={tmp_path}",
-                          "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}", "--set", "log_level=WARNING"],
+                          "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:] + (tmp_path / "demo-run.log").read_text()[-3000:]
     text = out.stdout
+    assert not re.search(r" (INFO|DEBUG) (proton|py4j|urllib3|grpc|paho)", text + out.stderr), out.stderr[-3000:]
+    assert not re.search(r"^\S+ \S+ (INFO|DEBUG) ", text, re.M), text  # log lines go to stderr, if any
     assert text.startswith("started lakegate run in the background (pid ")
     lines = text.splitlines()
     retained = [ln.split()[0] for ln in lines if ln.startswith("  demo/") and "(cleared" not in ln and "(expired" not in ln]

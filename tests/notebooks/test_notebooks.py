@@ -1,6 +1,6 @@
 """The analyst notebooks run headless, every cell, against data a fixture writes.
 
-They run as the README runs them: the kernel's working directory is
+They run as docs/tables.md says to run them: the kernel's working directory is
 ``notebooks/`` (Jupyter started at the project root, or ``jupyter nbconvert
 --execute notebooks/...``), no ``LAKEGATE_DATA_DIR``, no ``LAKEGATE_CONFIG``:
 the built-in configuration must find the project's ``data/``. The fixture's

@@ -266,9 +266,9 @@ def test_commit_offsets_is_atomic_json(tmp_path):
 
 
 @spark_only
-def test_readme_spark_example_runs(lakegate, tmp_path):
+def test_the_capture_pages_spark_example_runs(lakegate, tmp_path):
     from bridge.config import load_config
-    from tests.capture.test_readme import readme_examples
+    from tests.docs.examples import doc_examples
 
     config = load_config(None, [f"data_dir={tmp_path}"], env={})
     with open_log(config.capture_dir) as log:
@@ -277,6 +277,7 @@ def test_readme_spark_example_runs(lakegate, tmp_path):
             append_range(log, i, i + 100)
             i += 100
     ns = {"spark": lakegate, "config": config}
-    exec(compile(readme_examples("Capture log")[1], "README.md", "exec"), ns)
+    (code,) = doc_examples("docs/capture.md", "The Spark source")
+    exec(compile(code, "docs/capture.md", "exec"), ns)
     assert ns["frames"].isStreaming
     assert ns["replay"].count() == sum(LogReader(config.capture_dir).durable_offsets()) - 1000

@@ -66,10 +66,10 @@ def test_time_travel_through_spark(spark, engine):
         register_views(spark, engine, as_of=5, views=["retained"])
 
 
-def test_readme_analyst_example_runs(spark, tmp_path, monkeypatch, capsys):
+def test_the_tables_pages_own_notebook_example_runs(spark, tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
-    from tests.capture.test_readme import readme_examples
+    from tests.docs.examples import doc_examples
 
     data = tmp_path / "data"
     engine = DeltaRsEngine(data / "tables")
@@ -79,8 +79,8 @@ def test_readme_analyst_example_runs(spark, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     import textwrap
 
-    code = textwrap.dedent(readme_examples("Who does what")[0])
-    exec(compile(code, "README.md", "exec"), {})
+    (code,) = doc_examples("docs/tables.md", "Your own notebook or job")
+    exec(compile(textwrap.dedent(code), "docs/tables.md", "exec"), {})
     assert "site/1/status" in capsys.readouterr().out
 
 
