@@ -219,7 +219,7 @@ class DownlinkReceiver(MessagingHandler):
                     "the link ends, still bound (rabbitmq-server#2588): %d made by this receiver "
                     "since it started. Expire them with a policy (rabbitmqctl set_policy --apply-to queues "
                     "lakegate-amqp1-leftovers '^amq\\.gen-' '{\"expires\":60000}') or receive from a "
-                    "queue of your own (README, AMQP -> MQTT)", version, address,
+                    "queue of your own (docs/amqp-to-mqtt.md)", version, address,
                     self.stats["leftover_queues"])
 
     def _open_link(self, address: str, credit: int, durable: bool) -> None:
