@@ -76,7 +76,7 @@ PEERS: dict[str, Peer] = {
         downlink_topic_address="/topic/#",
         refuse="",
         rcv_settle_second="no: the attach is refused (set amqp.qos2_rcv_settle_mode = \"first\")",
-        anonymous_relay="no (RabbitMQ 4 has it)",
+        anonymous_relay="no (RabbitMQ 4 has it): at most `amqp.max_links` links, least recently used closed first",
         keeps=("`/queue/...`: the queue and its messages (durable); `/topic/...`: a receiver's queue "
                "exists while it is attached (3.10 leaves exclusive ones behind)"),
         rejected="dropped, or dead-lettered when the queue has a dead-letter exchange (the reason is not kept)",
@@ -90,8 +90,9 @@ PEERS: dict[str, Peer] = {
         downlink_topic_address="",
         refuse="* # ::",
         rcv_settle_second="no: the attach is answered with first (the forwarder logs it and goes on)",
-        anonymous_relay="yes (offered in its open frame); a producer's `to` of the form of "
-                        "`amqp.address_template` is read back as its topic",
+        anonymous_relay="offered; forwarding uses it with `amqp.anonymous_relay = \"on\"` (`to` is then "
+                        "the address) or with the template `{topic}` (\"auto\"); a producer's `to` of the "
+                        "form of `amqp.address_template` is read back as its topic",
         keeps=("`queue://...` (anycast): the queue and its messages; `topic://...` (multicast): only what "
                "a subscription queue exists for while the receiver is attached"),
         rejected="sent to the address's dead-letter address when one is configured, else dropped",

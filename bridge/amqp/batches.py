@@ -145,6 +145,8 @@ class BatchAccounting:
         for link in self.links.values():
             if any(i.batch is batch for i in link.queue):
                 link.queue = collections.deque(i for i in link.queue if i.batch is not batch)
+                if not link.queue and not link.inflight:
+                    self._went_idle(link)  # a lane waiting for a link may take its place
 
     def _trouble(self, batch: Batch, cause: str, *, logged: bool = False) -> None:
         """A failed attempt in ``batch``: the first one is logged (one WARNING

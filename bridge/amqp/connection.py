@@ -9,7 +9,9 @@ connection that worked, else with backoff, up to ``amqp.max_retries``
 failed connections (a permanent condition fails at once). When the peer
 ends the session (RabbitMQ 3.x, over an unusable address), it begins a new
 one: the links that were fine attach again (their messages resent, not
-counted as attempts), the links that were attaching are blamed.
+counted as attempts), the links that were attaching are blamed. The peer's
+open frame decides whether the connection rides the anonymous relay
+(:func:`~bridge.amqp.links.relay_choice`).
 
 :class:`ConnectionEvents` is a part of :class:`~bridge.amqp.engine.Engine` and works on
 its attributes; it runs only on the Forwarder's thread.
@@ -24,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from proton import SSLDomain, symbol
 
+from bridge.amqp.links import relay_choice
 from bridge.amqp.results import ForwardError
 from bridge.amqp.retry import PERMANENT_CONDITIONS, backoff, condition_text
 from bridge.config import AmqpConfig
@@ -94,7 +97,16 @@ class ConnectionEvents:
         log.info("AMQP connected to %s (%s); idle time-out ours %.0fs, peer's %.0fs",
                  self.url, self.peer_info or "peer", self.cfg.idle_timeout_s,
                  event.transport.remote_idle_timeout or 0.0)
+        self.relay_on, self.relay_to, why = relay_choice(self.cfg, event.connection.remote_offered_capabilities)
+        if self.relay_on:
+            log.info("AMQP forwarding over the anonymous relay: %s", why)
+        elif self.cfg.anonymous_relay == "on":
+            log.warning("AMQP amqp.anonymous_relay is on but %s: a link per address, at most %d", why, self.max_links)
+        else:
+            log.info("AMQP forwarding over a link per address, at most %d open (amqp.max_links): %s",
+                     self.max_links, why)
         self.dirty.update(self.links.values())
+        self.pump()
 
     def on_connection_remote_close(self, event: Any) -> None:
         if event.connection == self.conn:
@@ -128,6 +140,9 @@ class ConnectionEvents:
             if link.inflight:
                 requeue[link] = list(link.inflight.values())
                 link.inflight.clear()
+        self._drop_relays()
+        self._forget_closing()
+        self.relay_on = None
         for link, items in requeue.items():
             for item in items:
                 self._fail_item(item, link, f"connection lost with no disposition ({condition})", requeue=False)
@@ -172,6 +187,9 @@ class ConnectionEvents:
         if self.stopping or self.session is None or ssn != self.session:
             return
         self.session = None
+        for relay in list(self.relays.values()):  # its lanes' messages in flight go again
+            self._relay_ended(relay, f"session ended: {condition}", refused=relay.state == "attaching")
+        self._forget_closing()
         members = [link for link in self.links.values() if link.sender is not None]
         attaching = [link for link in members if link.state == "attaching"]
         suspects = [link for link in attaching if link.key not in self.good] or attaching

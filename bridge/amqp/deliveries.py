@@ -13,7 +13,9 @@ without being sent, a message larger than its link's max-message-size.
 
 The per-message work runs on proton's C API (:mod:`bridge.amqp.reactor`):
 ``_transfer`` sends with :func:`~bridge.amqp.reactor.send` and keeps the
-delivery in ``Engine.deliveries`` (key: its address); an *accepted*
+delivery in ``Engine.deliveries`` (key: its address; the entry names the
+lane, :class:`~bridge.amqp.links.AddressLink`, whose own link or the
+anonymous relay's carried it); an *accepted*
 disposition is settled by :meth:`Deliveries.fast_delivery` before proton
 wraps the event; every other outcome reaches :meth:`Deliveries.on_delivery`.
 
@@ -63,9 +65,13 @@ class Deliveries:
         release(d, settle=True)
         item, link = entry[1], entry[2]
         if item is None:  # QoS 0: done when sent
+            link.pending0.discard(key)
             return True
         item.delivery = None
-        link.inflight.pop(item.seq, None)
+        inflight = link.inflight
+        inflight.pop(item.seq, None)
+        if not inflight:
+            self._went_idle(link)  # may be: a lane waiting for a link may take its place
         if item.batch.error is None:
             self.progress = True
             self._item_done(item, "accepted")
@@ -81,14 +87,18 @@ class Deliveries:
         terminal = state in (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
         if not terminal and not dlv.settled:
             return  # e.g. RECEIVED: not an outcome
-        entry = self.deliveries.pop(delivery_key(dlv._impl), None)
+        key = delivery_key(dlv._impl)
+        entry = self.deliveries.pop(key, None)
         item = entry[1] if entry is not None else None
         outcome = "accepted" if state == Delivery.ACCEPTED else delivery_outcome(dlv)
         fault = message_fault(dlv) is not None
-        link = self.by_name.get(lnk.name)
+        # the lane that sent it (on the relay, the relay's name tells only the class)
+        link = entry[2] if entry is not None else self.by_name.get(lnk.name)
         dlv.settle()  # first: frees it; second: lets the receiver settle
         if entry is not None:
             release(entry[0])
+            if item is None:
+                entry[2].pending0.discard(key)
         if item is None:
             if entry is not None and state != Delivery.ACCEPTED:
                 log.debug("AMQP QoS 0 message not accepted: %s", outcome)
@@ -97,6 +107,8 @@ class Deliveries:
         if link is not None:
             link.inflight.pop(item.seq, None)
             link.last_used = time.monotonic()
+            if not link.inflight:
+                self._went_idle(link)
         if item.batch.error is not None:
             return
         if state == Delivery.ACCEPTED:
@@ -118,10 +130,12 @@ class Deliveries:
     def _forget_all(self) -> None:
         """The connection is gone: let go of every delivery still held."""
         entries, self.deliveries = self.deliveries, {}
-        for d, item, _ in entries.values():
+        for d, item, link in entries.values():
             release(d)
             if item is not None:
                 item.delivery = None
+            else:
+                link.pending0.clear()
 
     def _fail_item(self, item: Item, link: AddressLink | None, outcome: str, requeue: bool = True,
                    fault: bool = False) -> None:
@@ -170,8 +184,13 @@ class Deliveries:
 
     # ---------------------------------------------------------- progress
     def pump(self) -> None:
-        """Attach, connect and send whatever can go now."""
-        if self.stopping or not self.dirty and (self.conn is not None or not self.batches):
+        """Attach, connect and send whatever can go now: a lane without a link
+        gets one (or the anonymous relay's), within ``amqp.max_links`` (else it
+        waits: :mod:`bridge.amqp.links`)."""
+        if self.stopping:
+            return
+        room = bool(self.waiting) and (bool(self.idle) or self.open_links < self.max_links)
+        if not self.dirty and not room and (self.conn is not None or not self.batches):
             return
         now = time.monotonic()
         if self.conn is None:
@@ -179,13 +198,19 @@ class Deliveries:
                 self._connect()
             else:
                 return
+        if self.relay_on is None and self.relay_wanted:
+            return  # the peer's open frame decides between the relay and links (on_connection_remote_open)
         dirty, self.dirty = self.dirty, set()
         attaching = -1
+        relay = self.relay_on
         for link in dirty:
             if not link.queue:
                 continue
-            if link.state == "idle":
+            if link.state == "idle" and link.via is None:
                 if now < link.not_before:
+                    continue
+                if relay:
+                    self._bind(link)
                     continue
                 if self.careful and link.key not in self.good:
                     if attaching < 0:
@@ -193,7 +218,12 @@ class Deliveries:
                     if attaching:
                         continue
                     attaching += 1
+                if self.open_links >= self.max_links or self.waiting:
+                    self._wait_for_link(link)  # after those waiting already
+                    continue
                 self._attach(link)
+        if self.waiting and (self.idle or self.open_links < self.max_links):
+            self._serve_waiting(dirty, now)  # in turn, into free slots or those of idle links
         addresses = {link.address for link in dirty if link.queue}
         if addresses:
             wall = time.time()
@@ -214,21 +244,29 @@ class Deliveries:
         proton an event)."""
         links = [lk for lk in (self.links.get((address, LINK_QOS01)), self.links.get((address, LINK_QOS2)))
                  if lk is not None and self._head(lk) is not None]
-        credit: dict[AddressLink, int] = {}  # per link, read once, then counted down here
+        credit: dict[AddressLink, int] = {}  # per sender link, read once, then counted down here
         while links:
             link = links[0] if len(links) == 1 or links[0].queue[0].seq < links[1].queue[0].seq else links[1]
             item = link.queue[0]
-            if link.state != "up" or item.not_before > now:
+            via = link.via
+            sl = link if via is None else via  # the sender link: its own, or the relay's
+            if sl.state != "up" or item.not_before > now:
+                if via is not None and sl.state != "up":
+                    via.blocked.add(link)
                 return
-            c = credit.get(link)
+            c = credit.get(sl)
             if c is None:
-                c = lib.pn_link_credit(link.impl)
+                c = lib.pn_link_credit(sl.impl)
             if c <= 0:
+                if via is not None:
+                    via.blocked.add(link)  # the relay's next flow wakes it
                 return
             link.queue.popleft()
-            credit[link] = c - 1 if self._transfer(link, item, now, wall) else c
+            credit[sl] = c - 1 if self._transfer(link, item, now, wall) else c
             if self._head(link) is None:
                 links.remove(link)
+                if not link.inflight:
+                    self._went_idle(link)  # QoS 0 only, or set aside
 
     @staticmethod
     def _head(link: AddressLink) -> "Item | None":
@@ -246,7 +284,9 @@ class Deliveries:
         unforwardable, over the link's max-message-size)."""
         out = item.out
         try:
-            data = wire_bytes(out, wall)
+            # on the relay the peer routes by "to": with amqp.anonymous_relay = "on" and a template that is
+            # not {topic}, the address goes there instead of the topic (bridge.amqp.links)
+            data = wire_bytes(out, wall, to=out.address if (self.relay_to and link.via is not None) else None)
         except ENCODING_FAILURES as exc:  # the row's fault: set aside, the batch goes on
             if isinstance(exc, NOT_THE_ROWS_FAULT):
                 raise
@@ -256,8 +296,10 @@ class Deliveries:
         if data is None:
             self._item_done(item, "expired")
             return False
-        impl = link.impl
-        limit = link.max_size  # 0: the peer set no limit
+        via = link.via
+        sl = link if via is None else via
+        impl = sl.impl
+        limit = sl.max_size  # 0: the peer set no limit
         if limit and len(data) > limit:  # the peer would refuse it every time: not sent
             item.batch.result.failures.append(rejected(
                 out, f"amqp:link:message-size-exceeded: {out.kind} {out.key} is {len(data)} bytes encoded, "
@@ -275,6 +317,7 @@ class Deliveries:
         link.last_used = now
         if out.qos == 0:
             self.deliveries[key] = (d, None, link)  # its disposition is settled, not awaited
+            link.pending0.add(key)
             self._item_done(item, "qos0")
             return True
         self.deliveries[key] = (d, item, link)

@@ -10,7 +10,11 @@ address's two links), :class:`~bridge.amqp.deliveries.Deliveries` (the
 in-order send, dispositions, retries). Here: the Forwarder's commands
 (submit, close a batch, call, stop), the periodic tick (dispositions, opens
 and attaches that take too long, idle links and connection) and
-:meth:`Engine.describe`.
+:meth:`Engine.describe`. The engine keeps at most ``amqp.max_links`` sender
+links open, or rides the peer's anonymous relay (:mod:`bridge.amqp.links`);
+its counts of links (open, peak, attaches, detaches, evictions, lanes
+waiting) are plain ints, read from other threads without a call
+(:meth:`Engine.link_stats`).
 """
 
 from __future__ import annotations
@@ -91,6 +95,27 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
         self.opened = 0
         self.progress = False  # a delivery was accepted on the current connection
         self.peer_info = ""
+        # the bound on open links (bridge.amqp.links)
+        self.max_links = config.max_links
+        #: links of their own that went idle (nothing in flight), in the order they did: the least recently
+        #: used first. An entry may be stale (busy again, or gone): _evict_one checks it and lets it go
+        self.idle: collections.OrderedDict[AddressLink, None] = collections.OrderedDict()
+        #: lanes waiting for a link, first come first served
+        self.waiting: collections.OrderedDict[AddressLink, None] = collections.OrderedDict()
+        self.open_links = 0  # sender links attaching, attached, or detached here and not yet by the peer
+        #: the links detached here whose detach the peer has not answered (they count as open): name -> when
+        self.closing: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self.peak_links = 0
+        self.attaches = 0  # sender links attached (begun), since the start
+        self.detaches = 0  # sender links ended: detached at both ends, or gone with their session or connection
+        self.evictions = 0  # ... of which detached to make room under amqp.max_links
+        # the anonymous relay (bridge.amqp.links): per class, its link; whether this connection uses it
+        self.relays: dict[str, AddressLink] = {}
+        self.relay_on: bool | None = None  # None: not decided yet (no open frame from the peer on this connection)
+        self.relay_to = False  # on the relay, each message's "to" is set to its address
+        #: attaches wait for the peer's open frame: its capabilities decide between the relay and links
+        self.relay_wanted = config.anonymous_relay == "on" or (
+            config.anonymous_relay == "auto" and config.address_template == "{topic}")
 
     # ---------------------------------------------------------- plumbing
     def on_reactor_init(self, event: Any) -> None:
@@ -131,11 +156,14 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
             self._fail_batch(b, ForwardError("forwarder closed", outcome="closed"))
         if self.tick_task is not None:
             self.tick_task.cancel()
-        for link in list(self.links.values()):
+        for link in list(self.links.values()) + list(self.relays.values()):
             if link.sender is not None:
                 link.sender.close()
             self._drop_sender(link)
         self.links.clear()
+        self.relays.clear()
+        self.waiting.clear()
+        self._forget_closing()
         if self.session is not None:
             self.session.close()
         if self.conn is not None:
@@ -196,24 +224,44 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
                 if t is not None:
                     t.close_tail()
                     t.close_head()
+            closing = self.closing
+            while closing and now - next(iter(closing.values())) > timeout:  # a detach the peer never answered
+                name, _ = closing.popitem(last=False)
+                log.info("AMQP no detach from the peer for link %s within %gs: its slot is free again", name, timeout)
+                self.open_links -= 1
+                self.detaches += 1
+            for relay in list(self.relays.values()):
+                if relay.state == "attaching" and now - relay.attach_started > timeout and self.conn_up:
+                    s = relay.sender
+                    self._relay_ended(relay, f"no attach from the peer within {timeout:g}s", refused=True)
+                    s.close()
             for link in self._links_to_check():
-                if link.state == "attaching" and now - link.attach_started > timeout and self.conn_up:
+                if link.via is None and link.state == "attaching" and now - link.attach_started > timeout \
+                        and self.conn_up:
                     s = link.sender
                     self._drop_sender(link)
                     s.close()
                     self._attach_failed(link, f"no attach from the peer within {timeout:g}s")
+                if not link.inflight and link.sender is not None and link not in self.idle:
+                    self._went_idle(link)  # missed (its batch failed, its other lane waits ...): a candidate
                 if link.queue:
-                    self.dirty.add(link)
+                    if link not in self.waiting:  # those waiting for a link get one in turn (pump)
+                        self.dirty.add(link)
                 elif not link.inflight and now - link.last_used > self.cfg.link_idle_s:
                     if link.sender is not None:
                         log.info("AMQP detaching idle %s link to %r", link.cls, link.address)
-                        link.sender.close()
-                        self._drop_sender(link)
+                        self._close_link(link, "idle")
+                    elif link.via is not None:
+                        self._drop_sender(link)  # leaves the relay, which stays
                     del self.links[link.key]
+                    self.waiting.pop(link, None)
             # an idle connection with no links
             if self.conn is not None and not self.links and not self.batches:
                 if now - self.idle_since > self.cfg.link_idle_s:
                     log.info("AMQP closing idle connection to %s", self.url)
+                    self._drop_relays()
+                    self._forget_closing()
+                    self.relay_on = None
                     self.conn.close()
                     self.conn = None
                     self.conn_up = False
@@ -226,20 +274,39 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
                 self._schedule_tick()
 
     # ---------------------------------------------------------- inspection
+    def link_stats(self) -> dict[str, Any]:
+        """The link counts (plain ints: safe to read from any thread, each
+        value current when read): ``open`` sender links (attaching, attached,
+        or detached here and not yet by the peer: ``detaching``; relay links
+        included; at most ``max_links``), ``peak`` (the most open at once),
+        ``attaches``, ``detaches`` (ended at both ends, or with the session
+        or connection: ``open == attaches - detaches``), ``evictions`` (detached
+        to make room under ``max_links``), ``waiting`` (lanes waiting for a
+        link), ``lanes`` ((address, class) pairs with state), ``relay``
+        (this connection rides the anonymous relay)."""
+        return {"open": self.open_links, "peak": self.peak_links, "attaches": self.attaches,
+                "detaches": self.detaches, "detaching": len(self.closing), "evictions": self.evictions,
+                "waiting": len(self.waiting), "lanes": len(self.links), "max_links": self.max_links,
+                "relay": bool(self.relay_on)}
+
     def describe(self) -> dict[str, Any]:
+        def one(lk: AddressLink) -> dict[str, Any]:
+            s = lk.sender if lk.via is None else lk.via.sender
+            return {
+                "address": lk.address if lk.lanes is None else None,
+                "class": lk.cls,
+                "state": lk.state,
+                "via": "relay" if lk.via is not None else None,
+                "snd_settle_mode": snd_mode_name(s.snd_settle_mode) if s else None,
+                "rcv_settle_mode": rcv_mode_name(s.rcv_settle_mode) if s else None,
+                "remote_rcv_settle_mode": rcv_mode_name(s.remote_rcv_settle_mode)
+                if s is not None and (lk.via or lk).state == "up" else None,
+            }
+
         return {
             "connected": self.conn_up,
             "peer": self.peer_info,
-            "links": [
-                {
-                    "address": lk.address,
-                    "class": lk.cls,
-                    "state": lk.state,
-                    "snd_settle_mode": snd_mode_name(lk.sender.snd_settle_mode) if lk.sender else None,
-                    "rcv_settle_mode": rcv_mode_name(lk.sender.rcv_settle_mode) if lk.sender else None,
-                    "remote_rcv_settle_mode": rcv_mode_name(lk.sender.remote_rcv_settle_mode)
-                    if lk.sender is not None and lk.state == "up" else None,
-                }
-                for lk in self.links.values()
-            ],
+            **self.link_stats(),
+            "links": [one(lk) for lk in self.links.values()],
+            "relay_links": [one(lk) for lk in self.relays.values()],
         }

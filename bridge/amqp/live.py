@@ -160,6 +160,8 @@ class LiveForwarder:
         self._attached = False
         self._drain_until = float("inf")
         self._thread: threading.Thread | None = None
+        #: the Forwarder of the latest range (its link counts go to /metrics: :meth:`link_stats`)
+        self.forwarder: Any = None
 
     # ------------------------------------------------------------ lifecycle
     def attach(self, log: Any) -> None:
@@ -324,7 +326,16 @@ class LiveForwarder:
         from bridge.amqp.sink import forwarder_for
 
         fwd = self._forwarder_factory() if self._forwarder_factory else forwarder_for(self.config.amqp)
+        self.forwarder = fwd
         return fwd.forward(iter(rows), on_trouble=lambda cause, since: self._trouble(cause, since))
+
+    def link_stats(self) -> dict[str, Any] | None:
+        """The AMQP links of the forwarder it forwards with (open, attaches,
+        detaches, ...: :meth:`~bridge.amqp.sender.Forwarder.link_stats`);
+        None before its first range."""
+        fwd = self.forwarder
+        stats = getattr(fwd, "link_stats", None)
+        return stats() if stats is not None else None
 
     def _trouble(self, cause: str, since: float | None = None) -> None:
         """A failed attempt (the Forwarder's report while it retries, or a

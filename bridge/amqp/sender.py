@@ -7,6 +7,10 @@ address, the seed's two sender links: ``qos01`` (QoS 0 and 1) and ``qos2``
 *unsettled*; rcv-settle-mode *first*, except the QoS 2 link under a profile
 (or ``amqp.qos2_rcv_settle_mode``) that says *second*. Links stay attached
 between batches and are detached after ``amqp.link_idle_s`` without traffic.
+At most ``amqp.max_links`` are open: a new address takes the place of the
+least recently used idle link, or waits for one; a peer offering
+``ANONYMOUS-RELAY`` carries every address on one link per class instead
+(``amqp.anonymous_relay``; the ``to`` property on it: :mod:`bridge.amqp.links`).
 
 :meth:`Forwarder.forward` is synchronous: it maps the rows, pipelines them
 (as many unsettled deliveries in flight as the peer's link credit allows),
@@ -175,6 +179,16 @@ class Forwarder:
     @property
     def alive(self) -> bool:
         return not self._closed and self._broken is None
+
+    def link_stats(self) -> dict[str, Any]:
+        """The engine's link counts (open, peak, attaches, detaches, evictions,
+        waiting, lanes, max_links, relay), read without a call into its thread:
+        cheap, for metrics and benchmarks (:meth:`Engine.link_stats`)."""
+        return self._engine.link_stats()
+
+    def reset_peak(self) -> None:
+        """Start the ``peak`` of :meth:`link_stats` over from the links open now."""
+        self._engine.peak_links = self._engine.open_links
 
     def describe(self, timeout: float = 5.0) -> dict[str, Any]:
         """Connection and link state (address, class, settle modes), for tests and logs."""

@@ -26,7 +26,7 @@ from proton import int32, symbol, timestamp, ubyte, ulong
 from bridge.amqp.mapping import (ANNOTATIONS, APP_PROPERTIES, BODY, HEADER, PROFILES, PROPERTIES, Ctx, MappingError,
                                  Outgoing, Profile, Rule, _start, header_ttl, remaining_ms, set_ttl)
 
-__all__ = ["encode_header", "encode_row", "encode_tail", "encode_value", "wire_bytes"]
+__all__ = ["encode_header", "encode_row", "encode_tail", "encode_value", "wire_bytes", "with_to"]
 
 _HEADER = b"\x00\x53\x70"
 _ANNOTATIONS = b"\x00\x53\x72"
@@ -241,16 +241,91 @@ def _plan(rules: tuple[Rule, ...]) -> tuple[tuple[int, Any, Callable[[Mapping[st
     return out
 
 
-def wire_bytes(out: Outgoing, now: float) -> bytes | None:
+def wire_bytes(out: Outgoing, now: float, to: str | None = None) -> bytes | None:
     """The whole encoded message for sending at ``now`` (epoch seconds), with
-    the ttl then remaining; None when it has expired since it was mapped."""
+    the ttl then remaining; None when it has expired since it was mapped.
+    ``to``: the properties' ``to`` instead of the mapping's (the anonymous
+    relay with ``amqp.anonymous_relay = "on"``: :mod:`bridge.amqp.links`)."""
     ttl = None
     if out.expires_at is not None:
         if remaining_ms(out.expires_at, now) <= 0:
             return None
         ttl = header_ttl(out.expires_at, now)
     if out.tail is not None:
-        return encode_header(out.durable, ttl, out.delivery_count) + out.tail
+        tail = out.tail if to is None else with_to(out.tail, to)
+        return encode_header(out.durable, ttl, out.delivery_count) + tail
     if ttl is not None:
         set_ttl(out.message, ttl)
-    return out.message.encode()
+    if to is None:
+        return out.message.encode()
+    msg = out.message
+    was = msg.address
+    msg.address = to
+    try:
+        return msg.encode()
+    finally:
+        msg.address = was
+
+
+_U32 = struct.Struct(">I").unpack_from
+
+
+def _skip(buf: bytes, pos: int) -> int:
+    """The position after the AMQP value encoded at ``pos`` (any type: the
+    format code's subcategory gives its width, part 1 section 1.2)."""
+    code = buf[pos]
+    pos += 1
+    if code == 0x00:  # described: the descriptor, then the value
+        return _skip(buf, _skip(buf, pos))
+    width = code >> 4
+    if width == 0x4:
+        return pos
+    if 0x5 <= width <= 0x9:
+        return pos + (1, 2, 4, 8, 16)[width - 0x5]
+    if width in (0xA, 0xC, 0xE):
+        return pos + 1 + buf[pos]
+    if width in (0xB, 0xD, 0xF):
+        return pos + 4 + _U32(buf, pos)[0]
+    raise ValueError(f"not an AMQP format code: 0x{code:02x} at {pos - 1}")
+
+
+def _list_items(buf: bytes, pos: int) -> tuple[list[bytes], int]:
+    """The encoded items of the list at ``pos`` and the position after it."""
+    code = buf[pos]
+    if code == 0x45:  # list0
+        return [], pos + 1
+    if code == 0xC0:
+        count, start, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
+    elif code == 0xD0:
+        size, count = _U32(buf, pos + 1)[0], _U32(buf, pos + 5)[0]
+        start, end = pos + 9, pos + 5 + size
+    else:
+        raise ValueError(f"not an AMQP list: 0x{code:02x} at {pos}")
+    items, p = [], start
+    for _ in range(count):
+        q = _skip(buf, p)
+        items.append(buf[p:q])
+        p = q
+    if p != end:
+        raise ValueError("AMQP list size does not match its items")
+    return items, end
+
+
+def with_to(tail: bytes, to: str) -> bytes:
+    """``tail`` (:func:`encode_tail`'s sections) with the properties' ``to``
+    set to ``to``; every other byte as it was (a properties section is added
+    after the message annotations when there was none)."""
+    pos = 0
+    if tail.startswith(_ANNOTATIONS):
+        pos = _skip(tail, len(_ANNOTATIONS))
+    to_field = encode_value(to)
+    if tail.startswith(_PROPERTIES, pos):
+        items, end = _list_items(tail, pos + len(_PROPERTIES))
+    else:
+        items, end = [], pos
+    items += [b"\x40"] * (3 - len(items))
+    items[PROPERTY_INDEX["to"]] = to_field
+    while items and items[-1] == b"\x40":
+        items.pop()
+    section = _PROPERTIES + _compound(0xC0, 0xD0, len(items), b"".join(items))
+    return tail[:pos] + section + tail[end:]

@@ -111,6 +111,24 @@ def _live_forwarding(st: Any) -> Iterable[Any]:
                             value=0 if st.failure is None else 1)
 
 
+def _live_links(links: dict | None) -> Iterable[Any]:
+    """The live forwarder's AMQP sender links (``Forwarder.link_stats``; absent before its first range)."""
+    if not links:
+        return
+    yield GaugeMetricFamily("lakegate_live_forward_links", "AMQP sender links open (attaching or attached; at most "
+                            "amqp.max_links; 2 on the anonymous relay)", value=links["open"])
+    yield CounterMetricFamily("lakegate_live_forward_link_attaches_total", "AMQP sender links attached",
+                              value=links["attaches"])
+    yield CounterMetricFamily("lakegate_live_forward_link_detaches_total", "AMQP sender links ended (detached by "
+                              "either side, or gone with their session or connection)", value=links["detaches"])
+    yield CounterMetricFamily("lakegate_live_forward_link_evictions_total", "AMQP sender links detached to make "
+                              "room under amqp.max_links (least recently used idle first)", value=links["evictions"])
+    yield GaugeMetricFamily("lakegate_live_forward_links_waiting", "addresses waiting for an AMQP sender link "
+                            "(amqp.max_links reached, none idle)", value=links["waiting"])
+    yield GaugeMetricFamily("lakegate_live_forward_anonymous_relay", "1 while forwarding rides the peer's "
+                            "anonymous relay (amqp.anonymous_relay)", value=1 if links["relay"] else 0)
+
+
 class LakegateCollector:
     """A prometheus_client collector over the edge, the capture log and the job's totals."""
 
@@ -163,6 +181,8 @@ class LakegateCollector:
         live = self.live()
         if live is not None:
             yield from _live_forwarding(live.stats)
+            link_stats = getattr(live, "link_stats", None)
+            yield from _live_links(link_stats() if link_stats is not None else None)
         status = self.job()
         if status:
             totals = status.get("totals") or {}

@@ -18,6 +18,9 @@ records which deliveries went through that second step.
 Addresses in ``refuse`` are refused at link level: the attach is answered
 with a null target and then a detach carrying ``amqp:not-found``.
 ``max_message_size`` (bytes, 0: none) is advertised in the peer's attach.
+``offer``: connection capabilities offered in the peer's open frame (e.g.
+``("ANONYMOUS-RELAY",)``: a link with a null target address is then taken,
+its messages recorded under their ``to``; ``None`` in ``refuse`` refuses it).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from proton import Condition, Delivery, Handler, Link, Message, Terminus
+from proton import Condition, Delivery, Handler, Link, Message, Terminus, symbol
 from proton.reactor import ApplicationEvent, EventInjector
 
 from bridge.amqp.reactor import container
@@ -52,6 +55,8 @@ class _Handler(Handler):
         with self.peer.cond:
             self.peer.connections.append({"user": event.transport.user, "container": c.remote_container})
             self.peer.cond.notify_all()
+        if self.peer.offer:
+            c.offered_capabilities = [symbol(x) for x in self.peer.offer]
         c.open()
 
     def on_connection_remote_close(self, event: Any) -> None:
@@ -120,14 +125,14 @@ class _Handler(Handler):
         key = (msg.properties or {}).get("lakegate-id")
         with p.cond:
             p.counts[key] = n = p.counts.get(key, 0) + 1
-            p.messages.append({"address": link.target.address, "message": msg, "settled": dlv.settled,
+            p.messages.append({"address": link.target.address or msg.address, "message": msg, "settled": dlv.settled,
                                "link": link.name, "rcv_settle_mode": link.rcv_settle_mode})
             p.cond.notify_all()
         link.flow(1)
         if dlv.settled:  # pre-settled by the sender: nothing to answer
             dlv.settle()
             return
-        action = p.policy(p, link.target.address, msg, n)
+        action = p.policy(p, link.target.address or msg.address, msg, n)
         if action == "ignore":
             return
         if action == "hold":
@@ -181,13 +186,15 @@ class FakePeer:
     """See the module docstring. Use as a context manager."""
 
     def __init__(self, policy: Callable[..., str] | None = None, refuse: tuple[str, ...] = (),
-                 ssl_domain: Any = None, credit: int = 10000, max_message_size: int = 0) -> None:
+                 ssl_domain: Any = None, credit: int = 10000, max_message_size: int = 0,
+                 offer: tuple[str, ...] = ()) -> None:
         self.policy = policy or (lambda peer, address, msg, n: "accept")
         self.refuse = set(refuse)
         self.ssl_domain = ssl_domain
         self.scheme = "amqps" if ssl_domain is not None else "amqp"
         self.credit = credit
         self.max_message_size = max_message_size
+        self.offer = offer
         self.port = free_port()
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.cond = threading.Condition()

@@ -177,6 +177,9 @@ def test_lakegate_edge_with_forward_by_edge_forwards_live_and_scrapes_its_counts
         assert wait_for(lambda: _scrape(port).get("lakegate_live_forward_forwarded_total") == 3, timeout=20)
         m = _scrape(port)
         assert m["lakegate_live_forward_failing"] == 0 and m["lakegate_live_forward_unforwardable_total"] == 0
+        # one topic, QoS 1: one sender link, attached once (issue 39: links bounded, counted)
+        assert m["lakegate_live_forward_links"] == 1 and m["lakegate_live_forward_link_attaches_total"] == 1
+        assert m["lakegate_live_forward_link_detaches_total"] == 0 and m["lakegate_live_forward_anonymous_relay"] == 0
         code, body = _health(port)
         assert code == 200 and {"edge", "capture_log", "live_forwarding", "amqp"} == set(body["checks"]), body
     finally:
