@@ -7,18 +7,19 @@ what a peer changes is where messages go and what an address may hold:
 * the address forms: a topic address (``amqp.address_template``), a
   client's own address (``amqp.client_address_template``), the edge's one
   topic link (``amqp.downlink_topic_address``). A key the user did not set
-  takes the peer's value (``bridge.config``: ``cfg.sources`` names
-  ``amqp.peer``), so ``amqp.peer = "artemis"`` alone is a working setting;
+  (not in ``cfg.sources``) takes the peer's value when the configuration is
+  loaded (``bridge.config``), so ``amqp.peer = "artemis"`` alone is a
+  working setting;
 * ``refuse`` (``amqp.address_refuse``): text that a topic must not hold
   once it is part of an address, because the peer gives it a meaning: a
   wildcard, a list of destinations, a queue name. A topic holding one is
   never split or re-routed: forwarding quarantines the message and the
-  downlink rejects it [LG-amqp-address-chars] (``bridge.amqp.mapping.refused_in``).
+  downlink rejects it [LG-amqp-address-chars] (``bridge.amqp.addresses.refused_in``).
   A ``.`` stays a word separator under ``{routing_key}``, as RabbitMQ's own
   MQTT plugin has it (``a.b`` and ``a/b`` are one routing key);
 * facts the operator needs and the code reports (rcv-settle-mode second,
   the anonymous relay, what the peer keeps while the edge is away, how it
-  reports a rejected message), shown in the README's peer table
+  reports a rejected message), shown in the peer table of docs/amqp.md
   (:func:`peer_table_markdown`).
 
 This module imports nothing of lakegate: ``bridge.config`` (below every

@@ -41,7 +41,7 @@ class AddressCharsError(ValueError):
     rule = ADDRESS_CHARS
 
 
-def refused_in(topic: str, template: str, refuse: str) -> str | None:
+def refused_in(topic: str, refuse: str) -> str | None:
     """The first text of ``refuse`` (space-separated, ``amqp.address_refuse``)
     that ``topic`` holds, else None. (A ``.`` in a topic stays a word
     separator of the routing key, as in RabbitMQ's own MQTT plugin.)"""
@@ -63,7 +63,7 @@ def address_for(topic: str, template: str, refuse: str = "") -> str:
     key = (topic, template, refuse)
     out = _ADDRESSES.get(key)
     if out is None:
-        bad = refused_in(topic, template, refuse) if ("{topic}" in template or "{routing_key}" in template) \
+        bad = refused_in(topic, refuse) if ("{topic}" in template or "{routing_key}" in template) \
             else None
         if bad is not None:
             raise AddressCharsError(

@@ -70,6 +70,7 @@ from typing import Any, Callable
 
 import cproton  # python-qpid-proton's C binding (_content_type_of)
 
+from bridge.amqp.addresses import refused_in
 from bridge.amqp.mapping import (
     ADDRESS_CHARS, ANN_CONTENT_TYPE, ANN_PAYLOAD_FORMAT, ANN_USER_PROPERTIES, ID_PROPERTY, PROFILES,
 )
@@ -233,7 +234,7 @@ def _content_type_of(m) -> str | None:
 
 # --------------------------------------------------------------- rule bodies
 def _refused_text(topic: str, address: str | None, out: Downlink) -> None:
-    bad = next((t for t in out.refuse.split() if t in topic), None)
+    bad = refused_in(topic, out.refuse)
     if bad is not None:  # the peer read it: a list of destinations, a queue name
         raise ReverseMappingError(ADDRESS_CHARS, f"the message's topic comes from the address "
                                                  f"{(address or '')[:200]!r}, which holds {bad!r}: the peer "
