@@ -51,6 +51,8 @@ class Peer:
     anonymous_relay: str
     #: what the peer keeps for the edge while it is away
     keeps: str
+    #: what a consumer finds in ``to`` (the forward mapping puts the topic there)
+    to_on_delivery: str
     #: what becomes of a message the edge rejects
     rejected: str
     #: address prefixes of a topic link the peer makes a subscription for,
@@ -80,6 +82,7 @@ PEERS: dict[str, Peer] = {
         anonymous_relay="no (RabbitMQ 4 has it): at most `amqp.max_links` links, least recently used closed first",
         keeps=("`/queue/...`: the queue and its messages (durable); `/topic/...`: a receiver's queue "
                "exists while it is attached (3.10 leaves exclusive ones behind)"),
+        to_on_delivery="as sent",
         rejected="dropped, or dead-lettered when the queue has a dead-letter exchange (the reason is not kept)",
         subscription_prefixes=("/topic/", "/exchange/"),
     ),
@@ -96,7 +99,8 @@ PEERS: dict[str, Peer] = {
                         "form of `amqp.address_template` is read back as its topic",
         keeps=("`queue://...` (anycast): the queue and its messages; `topic://...` (multicast): only what "
                "a subscription queue exists for while the receiver is attached"),
-        rejected="sent to the address's dead-letter address when one is configured, else dropped",
+        to_on_delivery="as sent (a dead-lettered copy: `DLQ`, the original in `x-opt-ORIG-ADDRESS`)",
+        rejected="moved to `DLQ` at once (the edge's rule is not kept: only its log has it)",
         subscription_prefixes=("topic://",),
         looping_topic_links=("topic://#", "#"),
         to_may_be_address=True,
@@ -115,6 +119,7 @@ PEERS: dict[str, Peer] = {
         rcv_settle_second="assumed no: set amqp.qos2_rcv_settle_mode if it has it",
         anonymous_relay="used only when offered in the peer's open frame",
         keeps="whatever the node behind the address keeps: no assumption",
+        to_on_delivery="no assumption (a router may rewrite it)",
         rejected="no assumption: lakegate logs each rejection with its rule",
     ),
 }
@@ -135,6 +140,7 @@ def peer_table_markdown() -> str:
         ("rcv-settle-mode second", lambda p: p.rcv_settle_second),
         ("anonymous relay", lambda p: p.anonymous_relay),
         ("kept while the edge is away", lambda p: p.keeps),
+        ("`to` as a consumer gets it", lambda p: p.to_on_delivery),
         ("a message the edge rejects", lambda p: p.rejected),
         ("also", lambda p: p.note),
     ]
