@@ -185,14 +185,7 @@ def _many_topics(args: argparse.Namespace, config: Config) -> int:
     one_rate = n / statistics.median(one_s)
     med = {k: int(statistics.median(r[k] for r in per_run)) for k in ("attaches", "detaches", "evictions")}
     result = {
-        "peer": peer,
-        "url": mask_secret("amqp.url", amqp.url),
-        "profile": amqp.profile,
-        "messages": n,
-        "payload_bytes": args.payload_bytes,
-        "qos": args.qos,
-        "topics": n_topics,
-        "repeat": len(many_s),
+        **_setting(peer, amqp, args, n, n_topics, len(many_s)),
         "max_links": amqp.max_links,
         "anonymous_relay": amqp.anonymous_relay,
         "relay": any(r["relay"] for r in per_run),
@@ -256,14 +249,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     sink_rate = n / statistics.median(sink_s)
     bare_rate = n / statistics.median(bare_s)
     result = {
-        "peer": peer,
-        "url": mask_secret("amqp.url", amqp.url),
-        "profile": amqp.profile,
-        "messages": n,
-        "payload_bytes": args.payload_bytes,
-        "qos": args.qos,
-        "topics": len(topics),
-        "repeat": len(sink_s),
+        **_setting(peer, amqp, args, n, len(topics), len(sink_s)),
         "sink_msgs_per_s": round(sink_rate, 1),
         "bare_msgs_per_s": round(bare_rate, 1),
         "ratio": round(sink_rate / bare_rate, 3),
@@ -280,3 +266,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"  bare proton sender                 {bare_rate:10,.0f} msg/s")
         print(f"  ratio sink / bare                  {sink_rate / bare_rate:10.2f}")
     return 0
+
+
+def _setting(peer: str, amqp, args, messages: int, topics: int, repeat: int) -> dict:
+    """What both modes of the bench report of the run's setting."""
+    return {"peer": peer, "url": mask_secret("amqp.url", amqp.url), "profile": amqp.profile,
+            "messages": messages, "payload_bytes": args.payload_bytes, "qos": args.qos,
+            "topics": topics, "repeat": repeat}

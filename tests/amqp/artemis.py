@@ -30,7 +30,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, Callable
 import pytest
 
 from bridge.ports import free_loopback_port
+from tests.amqp.conftest import Consumer
 
 __all__ = ["ArtemisNode", "HOME", "PORT", "TopicConsumer", "URL", "destroy_queues", "management", "message_count",
            "missing", "need", "queue_names", "unique"]
@@ -184,85 +184,13 @@ class ArtemisNode:
 
 
 # ------------------------------------------------------------------ a consumer
-class TopicConsumer:
+def TopicConsumer(url: str, prefix: str) -> Consumer:
     """One AMQP 1.0 receiver on ``topic://<prefix>.#`` (a multicast
-    subscription on Artemis's wildcard address) for a whole module: it gets
-    every message sent under a topic from :meth:`topic`, kept by ``to`` (the
-    MQTT topic, which Artemis delivers as it was sent). The interface of
-    tests/amqp/conftest.py's RabbitMQ ``Consumer``."""
-
-    def __init__(self, url: str, prefix: str) -> None:
-        from proton.handlers import MessagingHandler
-        from proton.reactor import ApplicationEvent, EventInjector
-
-        from bridge.amqp.reactor import container
-
-        self.prefix = prefix
-        self.source = f"topic://{prefix}.#"
-        self.cond = threading.Condition()
-        self.by_topic: dict[str, list[Any]] = {}
-        self.error: str | None = None
-        self.ready = threading.Event()
-        self.injector = EventInjector()
-        self._stop_event = ApplicationEvent("lg_stop")
-        me = self
-
-        class H(MessagingHandler):
-            def __init__(self) -> None:
-                super().__init__(prefetch=1000)
-
-            def on_start(self, event: Any) -> None:
-                event.container.selectable(me.injector)
-                host = url.split("@")[-1]
-                conn = event.container.connect(f"amqp://{host}", user="guest", password="guest", reconnect=False)
-                event.container.create_receiver(conn, me.source)
-
-            def on_link_opened(self, event: Any) -> None:
-                me.conn = event.connection
-                me.ready.set()
-
-            def on_lg_stop(self, event: Any) -> None:
-                me.conn.close()
-                me.injector.close()
-
-            def on_message(self, event: Any) -> None:
-                with me.cond:
-                    me.by_topic.setdefault(event.message.address, []).append(event.message)
-                    me.cond.notify_all()
-
-            def on_transport_error(self, event: Any) -> None:
-                me.error = str(event.transport.condition)
-                me.ready.set()
-
-            def on_link_error(self, event: Any) -> None:
-                me.error = str(event.link.remote_condition)
-                me.ready.set()
-
-        self.container = container(H())
-        self.thread = threading.Thread(target=self.container.run, daemon=True, name="artemis-consumer")
-        self.thread.start()
-        if not self.ready.wait(15) or self.error:
-            raise RuntimeError(f"test consumer could not attach to {self.source}: {self.error or 'timeout'}")
-
-    def topic(self, name: str = "") -> str:
-        """A fresh MQTT topic under the consumer's prefix."""
-        return f"{self.prefix}/{name or 't'}-{uuid.uuid4().hex[:8]}"
-
-    def wait(self, topic: str, n: int, timeout: float = 15.0) -> list[Any]:
-        """The first ``n`` messages sent to ``topic``; fails after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while len(self.by_topic.get(topic, [])) < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    got = len(self.by_topic.get(topic, []))
-                    pytest.fail(f"consumer got {got} of {n} messages on {topic!r} within {timeout}s")
-                self.cond.wait(left)
-            return list(self.by_topic[topic])
-
-    def close(self) -> None:
-        self.injector.trigger(self._stop_event)
-        self.thread.join(10)
+    subscription on Artemis's wildcard address) for a whole module: the
+    RabbitMQ tests' ``Consumer`` (tests/amqp/conftest.py) on Artemis's
+    address form; messages kept by ``to`` (the MQTT topic, which Artemis
+    delivers as it was sent)."""
+    return Consumer(url, prefix, source=f"topic://{prefix}.#")
 
 
 def unique(prefix: str = "lgtest") -> str:

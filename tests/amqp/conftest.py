@@ -34,9 +34,11 @@ def rabbitmqctl() -> str | None:
 
 
 class Consumer:
-    """Collects every message under ``<prefix>/`` topics, by topic (``to``)."""
+    """Collects every message under ``<prefix>/`` topics, by topic (``to``),
+    from one receiver on ``source``: RabbitMQ's ``/topic/<prefix>.#`` by
+    default; tests/amqp/artemis.py gives Artemis's ``topic://<prefix>.#``."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, source: str | None = None) -> None:
         from proton.handlers import MessagingHandler
         from proton.reactor import EventInjector
 
@@ -44,6 +46,7 @@ class Consumer:
 
         self.prefix = prefix
         self.binding = f"{prefix}.#"
+        self.source = source or f"/topic/{self.binding}"
         self.cond = threading.Condition()
         self.by_topic: dict[str, list[Any]] = {}
         self.error: str | None = None
@@ -60,7 +63,7 @@ class Consumer:
                 event.container.selectable(consumer.injector)
                 host = url.split("@")[-1]
                 conn = event.container.connect(f"amqp://{host}", user="guest", password="guest", reconnect=False)
-                event.container.create_receiver(conn, f"/topic/{consumer.binding}")
+                event.container.create_receiver(conn, consumer.source)
 
             def on_link_opened(self, event: Any) -> None:
                 consumer.conn = event.connection
@@ -84,12 +87,16 @@ class Consumer:
                 consumer.error = str(event.session.remote_condition)
                 consumer.ready.set()
 
+            def on_link_error(self, event: Any) -> None:  # (Artemis refuses a link, not the session)
+                consumer.error = str(event.link.remote_condition)
+                consumer.ready.set()
+
         self.handler = H()
         self.container = container(self.handler)
         self.thread = threading.Thread(target=self.container.run, daemon=True, name="test-consumer")
         self.thread.start()
         if not self.ready.wait(15) or self.error:
-            raise RuntimeError(f"test consumer could not attach: {self.error or 'timeout'}")
+            raise RuntimeError(f"test consumer could not attach to {self.source}: {self.error or 'timeout'}")
 
     def topic(self, name: str = "") -> str:
         """A fresh MQTT topic under the consumer's prefix."""
