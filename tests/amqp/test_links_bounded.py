@@ -322,6 +322,11 @@ def test_an_idle_link_is_still_detached_after_link_idle_s_and_the_counts_add_up(
 
 # ------------------------------------------------------------------ RabbitMQ
 @pytest.mark.broker
+@pytest.mark.timeout(240)
+@pytest.mark.xfail(strict=False, reason=(
+    "known defect, open (issue 39 item 7): once in a CI run (2026-11-28, 5f4d0a0) forward() waited for ever "
+    "here, the Forwarder's thread idle in select with its RabbitMQ connection open: a batch of the bounded-links "
+    "engine that never completes; cause not found yet. Bounded by the timeout so it cannot hang the suite"))
 def test_rabbitmq_3000_topics_through_100_links_all_arrive(make_config, consumer):
     topics = [consumer.topic(f"b{i}") for i in range(3000)]
     rows = [row(t, i, qos=1, packet_id=i % 65535 + 1, payload=b"p%d" % i) for i, t in enumerate(topics)]
