@@ -208,5 +208,11 @@ class ConnectionEvents:
                     self._fail_item(item, link, f"session ended: {condition}", requeue=False)
             self._requeue(link, [i for i in items if not i.done and i.batch.error is None])
         if len(suspects) > 1:
+            # one of them is to blame: each attaches again alone, first (LinkEvents._careful_check)
             self.careful = True
+            self.suspects = {link.key for link in suspects}
+            if self.waiting:
+                for link in reversed(suspects):
+                    self.waiting[link] = None
+                    self.waiting.move_to_end(link, last=False)
         self.dirty.update(self.links.values())

@@ -85,7 +85,11 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
         self.deliveries: dict[int, tuple[Any, Item | None, AddressLink]] = {}
         self.batches: list[Batch] = []
         self.good: set[tuple[str, str]] = set()
+        #: after the peer ended a session with several links attaching: those suspects attach again, and
+        #: every link not known good attaches one at a time, until each suspect attached or gave up
+        #: (LinkEvents._careful_check)
         self.careful = False
+        self.suspects: set[tuple[str, str]] = set()
         self.link_seq = itertools.count(1)
         self.idle_since = time.monotonic()
         self.stopping = False
@@ -255,6 +259,8 @@ class Engine(BatchAccounting, ConnectionEvents, LinkEvents, Deliveries, Handler)
                         self._drop_sender(link)  # leaves the relay, which stays
                     del self.links[link.key]
                     self.waiting.pop(link, None)
+            if self.careful:
+                self._careful_check()  # a suspect whose batch failed meanwhile
             # an idle connection with no links
             if self.conn is not None and not self.links and not self.batches:
                 if now - self.idle_since > self.cfg.link_idle_s:

@@ -28,7 +28,10 @@ gets the next link that becomes idle. One exception keeps this free of
 deadlock: a link with messages queued but none in flight whose next message
 waits for its address's other lane, and that lane waits for a slot, counts
 as idle (its messages stay queued in its lane; it attaches again later).
-There is no unbounded setting (``amqp.max_links`` >= 2: an address's two
+After the peer ended a session with several links attaching (the engine is
+*careful*), the lanes waiting are still served, one link not known good
+attaching at a time, the suspects first; careful ends once each suspect
+attached alone or gave up. There is no unbounded setting (``amqp.max_links`` >= 2: an address's two
 links must fit together): unbounded is the failure the bound is for.
 
 **The anonymous relay.** A peer that offers ``ANONYMOUS-RELAY`` in its open
@@ -297,8 +300,8 @@ class LinkEvents:
                 waiting.popitem(last=False)
                 dirty.add(lane)
                 continue
-            if self.careful:
-                return
+            if self.careful and lane.key not in self.good and self._attaching():
+                break  # careful: one link not known good attaching at a time (it may be the bad one)
             if now < lane.not_before:
                 waiting.move_to_end(lane)
                 later += 1
@@ -308,9 +311,28 @@ class LinkEvents:
             waiting.popitem(last=False)
             self._attach(lane)
             dirty.add(lane)
-        need = min(len(waiting), self.max_links) - len(self.closing)
+        need = min(len(waiting), 1 if self.careful else self.max_links) - len(self.closing)
         while need > 0 and self._evict_one():
             need -= 1
+
+    def _attaching(self) -> bool:
+        """A link of its own is attaching (careful mode's one at a time)."""
+        return any(lk.state == "attaching" and lk.via is None for lk in self.links.values())
+
+    def _careful_check(self) -> None:
+        """Careful mode ends once no suspect is left to try: each attached
+        alone (good) or has nothing left to send (its batch failed, or its
+        messages went)."""
+        links = self.links
+        for key in self.suspects:
+            lane = links.get(key)
+            if key not in self.good and lane is not None and self._head(lane) is not None:
+                return
+        log.info("AMQP every link suspected when the peer ended the session attached again or gave up: "
+                 "links attach in parallel again")
+        self.careful = False
+        self.suspects = set()
+        self.dirty.update(lk for lk in links.values() if lk.queue and lk not in self.waiting)
 
     def _wait_for_link(self, lane: AddressLink) -> None:
         """No slot for ``lane`` now: it waits for one (its messages stay queued)."""
@@ -388,9 +410,8 @@ class LinkEvents:
         if s.rcv_settle_mode != s.remote_rcv_settle_mode:
             log.warning("AMQP peer attached %s link to %r with rcv-settle-mode %s, not %s",
                         link.cls, link.address, rcv_mode_name(s.remote_rcv_settle_mode), rcv_mode_name(s.rcv_settle_mode))
-        if self.careful and not any(lk.state == "attaching" for lk in self.links.values()) \
-                and all(lk.key in self.good or not lk.queue for lk in self.links.values()):
-            self.careful = False
+        if self.careful:
+            self._careful_check()
         self.dirty.add(link)
 
     def on_link_remote_close(self, event: Any) -> None:

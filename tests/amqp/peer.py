@@ -21,6 +21,11 @@ with a null target and then a detach carrying ``amqp:not-found``.
 ``offer``: connection capabilities offered in the peer's open frame (e.g.
 ``("ANONYMOUS-RELAY",)``: a link with a null target address is then taken,
 its messages recorded under their ``to``; ``None`` in ``refuse`` refuses it).
+``end_session``: address -> how many times an attach to it ends the whole
+session with ``amqp:not-found`` (what RabbitMQ 3.x does over an unusable
+address), at once; attaches that arrive on the session after its end are
+not answered. ``attach_delay_s``: every other attach is answered that much
+later (so that several are still attaching when a session ends).
 """
 
 from __future__ import annotations
@@ -36,6 +41,19 @@ from bridge.amqp.reactor import container
 from bridge.ports import free_loopback_port as free_port
 
 __all__ = ["FakePeer", "free_port"]
+
+
+class _Later(Handler):
+    """A link attach answered later (``attach_delay_s``)."""
+
+    def __init__(self, handler: "_Handler", event: Any) -> None:
+        super().__init__()
+        self.handler, self.link = handler, event.link
+
+    def on_timer_task(self, event: Any) -> None:
+        if self.link.session in self.handler.peer.ended:
+            return
+        self.handler.on_link_remote_open(type("E", (), {"link": self.link, "container": event.container})())
 
 
 class _Handler(Handler):
@@ -72,14 +90,27 @@ class _Handler(Handler):
         link = event.link
         p = self.peer
         address = link.remote_target.address
-        with p.cond:
-            p.attaches.append({
-                "name": link.name,
-                "address": address,
-                "snd_settle_mode": link.remote_snd_settle_mode,
-                "rcv_settle_mode": link.remote_rcv_settle_mode,
-            })
-            p.cond.notify_all()
+        if not getattr(link, "lg_delayed", False):  # (a delayed one was recorded when it came)
+            with p.cond:
+                p.attaches.append({
+                    "name": link.name,
+                    "address": address,
+                    "snd_settle_mode": link.remote_snd_settle_mode,
+                    "rcv_settle_mode": link.remote_rcv_settle_mode,
+                })
+                p.cond.notify_all()
+        if link.session in p.ended:
+            return  # the session is ending: its end frame answers this attach
+        if p.end_session.get(address, 0) > 0:
+            p.end_session[address] -= 1
+            p.ended.append(link.session)
+            link.session.condition = Condition("amqp:not-found", f"no such node: {address}")
+            link.session.close()
+            return
+        if p.attach_delay_s and not getattr(link, "lg_delayed", False):
+            link.lg_delayed = True
+            event.container.schedule(p.attach_delay_s, _Later(self, event))
+            return
         if address in p.refuse:
             link.target.type = Terminus.UNSPECIFIED
             link.open()
@@ -187,7 +218,8 @@ class FakePeer:
 
     def __init__(self, policy: Callable[..., str] | None = None, refuse: tuple[str, ...] = (),
                  ssl_domain: Any = None, credit: int = 10000, max_message_size: int = 0,
-                 offer: tuple[str, ...] = ()) -> None:
+                 offer: tuple[str, ...] = (), end_session: dict[str, int] | None = None,
+                 attach_delay_s: float = 0.0) -> None:
         self.policy = policy or (lambda peer, address, msg, n: "accept")
         self.refuse = set(refuse)
         self.ssl_domain = ssl_domain
@@ -195,6 +227,9 @@ class FakePeer:
         self.credit = credit
         self.max_message_size = max_message_size
         self.offer = offer
+        self.end_session = dict(end_session or {})
+        self.attach_delay_s = attach_delay_s
+        self.ended: list[Any] = []  # sessions ended here (end_session)
         self.port = free_port()
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.cond = threading.Condition()
