@@ -418,7 +418,8 @@ def load_config(
 
 
 #: keys whose default is the AMQP peer's (``amqp.peer``, :mod:`bridge.peers`)
-PEER_KEYS = ("address_template", "client_address_template", "downlink_topic_address", "address_refuse")
+PEER_KEYS = ("address_template", "client_address_template", "downlink_topic_address", "address_refuse",
+             "property_refuse")
 
 
 def _peer_defaults(cfg: Config) -> None:

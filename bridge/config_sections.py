@@ -150,6 +150,11 @@ class AmqpConfig:
     #: destinations); such a message is quarantined (forward) or rejected
     #: (downlink), LG-amqp-address-chars. Default: the peer's.
     address_refuse: str = ""
+    #: Space-separated prefixes of User Property names the peer reads as
+    #: orders (Artemis: ``_AMQ_``, e.g. ``_AMQ_DUPL_ID`` drops a later message
+    #: as a duplicate); a message with one is quarantined,
+    #: LG-amqp-reserved-property. Default: the peer's.
+    property_refuse: str = ""
     #: "seed" (the front-end design's mapping) or "enmasse" (its later revision).
     profile: str = "seed"
     #: SASL mechanisms to allow, space separated (PLAIN, ANONYMOUS).

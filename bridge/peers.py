@@ -17,6 +17,9 @@ what a peer changes is where messages go and what an address may hold:
   downlink rejects it [LG-amqp-address-chars] (``bridge.amqp.addresses.refused_in``).
   A ``.`` stays a word separator under ``{routing_key}``, as RabbitMQ's own
   MQTT plugin has it (``a.b`` and ``a/b`` are one routing key);
+* ``property_refuse`` (``amqp.property_refuse``): prefixes of User
+  Property names the peer reads as orders; such a message is quarantined
+  [LG-amqp-reserved-property] (``bridge.amqp.addresses.reserved_property``);
 * facts the operator needs and the code reports (rcv-settle-mode second,
   the anonymous relay, what the peer keeps while the edge is away, how it
   reports a rejected message), shown in the peer table of docs/amqp.md
@@ -66,6 +69,9 @@ class Peer:
     #: rather than the topic (the anonymous relay routes by it): read back
     #: through the template when it has the template's form
     to_may_be_address: bool = False
+    #: space-separated prefixes of application property names the peer reads as
+    #: orders (``amqp.property_refuse``): a User Property so named is refused
+    property_refuse: str = ""
     #: what else the operator must know
     note: str = "-"
 
@@ -104,10 +110,10 @@ PEERS: dict[str, Peer] = {
         subscription_prefixes=("topic://",),
         looping_topic_links=("topic://#", "#"),
         to_may_be_address=True,
-        note=("Artemis reads application properties named `_AMQ_...` (duplicate detection, and on the "
-              "unprefixed address `activemq.management` its operations): MQTT User Properties become "
-              "application properties as they are, so give the edge's AMQP user no management rights and "
-              "keep a prefix in `amqp.address_template`"),
+        property_refuse="_AMQ_",
+        note=("on the unprefixed address `activemq.management` Artemis runs the operations a message's "
+              "application properties name: keep a prefix in `amqp.address_template` and give the edge's "
+              "AMQP user no management rights"),
     ),
     "generic": Peer(
         name="generic",
@@ -137,6 +143,10 @@ def peer_table_markdown() -> str:
             "for ever)" if p.looping_topic_links else "")),
         ("refused in a topic (`amqp.address_refuse`)",
          lambda p: " ".join(f"`{t}`" for t in p.refuse.split()) or "nothing more"),
+        ("User Property names refused (`amqp.property_refuse`)",
+         lambda p: " ".join(f"`{t}...`" for t in p.property_refuse.split()) + " (read as orders: `_AMQ_DUPL_ID` "
+         "drops a later message as a duplicate, `_AMQ_SCHED_DELIVERY` holds it back)"
+         if p.property_refuse else "none"),
         ("rcv-settle-mode second", lambda p: p.rcv_settle_second),
         ("anonymous relay", lambda p: p.anonymous_relay),
         ("kept while the edge is away", lambda p: p.keeps),

@@ -16,16 +16,31 @@ A topic holding text the peer reads in an address (``amqp.address_refuse``,
 :mod:`bridge.peers`: a wildcard, a list of destinations, a queue name) has
 no address: :class:`AddressCharsError` [LG-amqp-address-chars], and the
 message is quarantined, never split or re-routed.
+
+Names work the same way: an MQTT User Property becomes an application
+property under its own name, and a peer may read some names as orders
+(Artemis: ``_AMQ_DUPL_ID`` drops a later message with the same value as a
+duplicate, ``_AMQ_SCHED_DELIVERY`` holds it back). A message with a User
+Property whose name starts with one of ``amqp.property_refuse`` is
+quarantined [LG-amqp-reserved-property] (:class:`ReservedPropertyError`):
+accepted by the peer, it could be dropped or delayed with no trace.
 """
 
 from __future__ import annotations
 
-__all__ = ["ADDRESS_CHARS", "AddressCharsError", "address_for", "refused_in", "routing_key"]
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["ADDRESS_CHARS", "RESERVED_PROPERTY", "AddressCharsError", "ReservedPropertyError", "address_for",
+           "check_properties", "refused_in", "reserved_property", "routing_key"]
 
 #: Rule id of a topic holding text the peer reads in an address (a wildcard,
 #: a list of destinations, a queue name): quarantined (forward) or
 #: rejected (downlink), never split or re-routed (``bridge.peers``).
 ADDRESS_CHARS = "LG-amqp-address-chars"
+#: Rule id of a message with a User Property whose name the peer reads as an
+#: order (``amqp.property_refuse``): quarantined, never sent.
+RESERVED_PROPERTY = "LG-amqp-reserved-property"
 
 
 def routing_key(topic: str) -> str:
@@ -39,6 +54,37 @@ class AddressCharsError(ValueError):
     re-routed (:mod:`bridge.amqp.unforwardable` reads ``rule``)."""
 
     rule = ADDRESS_CHARS
+
+
+class ReservedPropertyError(ValueError):
+    """A User Property's name is one the peer reads as an order
+    [LG-amqp-reserved-property]: the message is quarantined."""
+
+    rule = RESERVED_PROPERTY
+
+
+def reserved_property(pairs: Iterable[Any] | None, prefixes: str) -> str | None:
+    """The first User Property name in ``pairs`` (a row's ``user_properties``:
+    ``[key, value]`` pairs or ``{"key", "value"}`` maps) that starts with
+    one of ``prefixes`` (space-separated, ``amqp.property_refuse``), else None."""
+    if not pairs or not prefixes:
+        return None
+    starts = tuple(prefixes.split())
+    for p in pairs:
+        name = p.get("key") if isinstance(p, Mapping) else p[0]
+        if isinstance(name, str) and name.startswith(starts):
+            return name
+    return None
+
+
+def check_properties(pairs: Iterable[Any] | None, prefixes: str, key: str) -> None:
+    """Raise :class:`ReservedPropertyError` when a User Property of the row
+    ``key`` (its capture coordinates) has a name of ``prefixes``."""
+    name = reserved_property(pairs, prefixes)
+    if name is not None:
+        raise ReservedPropertyError(
+            f"[{RESERVED_PROPERTY}] {key}: User Property {name[:100]!r} is a name the AMQP peer reads as an "
+            f"order (amqp.property_refuse = {prefixes!r}, amqp.peer): not forwarded")
 
 
 def refused_in(topic: str, refuse: str) -> str | None:

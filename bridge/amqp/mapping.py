@@ -24,33 +24,13 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from proton import Message, int32, symbol, timestamp, ubyte, ulong
 
 # re-exported: the names every forwarding module and test took from here before
-from bridge.amqp.addresses import ADDRESS_CHARS, AddressCharsError, address_for, refused_in, routing_key
+from bridge.amqp.addresses import ADDRESS_CHARS, AddressCharsError, address_for, check_properties, refused_in, \
+    routing_key
 
-__all__ = [
-    "ADDRESS_CHARS",
-    "AddressCharsError",
-    "address_for",
-    "refused_in",
-    "routing_key",
-    "ANN_CONTENT_TYPE",
-    "ANN_PAYLOAD_FORMAT",
-    "ANN_USER_PROPERTIES",
-    "ID_PROPERTY",
-    "LINK_QOS01",
-    "LINK_QOS2",
-    "MappingError",
-    "Outgoing",
-    "PROFILES",
-    "Profile",
-    "Rule",
-    "TTL_MAX_MS",
-    "REJECTED",
-    "UNFORWARDABLE",
-    "identity",
-    "map_row",
-    "mapping_table_markdown",
-    "user_properties_map",
-]
+__all__ = ["ADDRESS_CHARS", "AddressCharsError", "address_for", "refused_in", "routing_key", "ANN_CONTENT_TYPE",
+           "ANN_PAYLOAD_FORMAT", "ANN_USER_PROPERTIES", "ID_PROPERTY", "LINK_QOS01", "LINK_QOS2", "MappingError",
+           "Outgoing", "PROFILES", "Profile", "Rule", "TTL_MAX_MS", "REJECTED", "UNFORWARDABLE", "identity",
+           "map_row", "mapping_table_markdown", "user_properties_map"]
 
 #: Application property carrying the stable identity of a forwarded message:
 #: ``<stream>/<partition>/<offset>`` of its capture record. Packet ids are
@@ -423,7 +403,7 @@ def _apply(msg: Message, rule: Rule, value: Any, ann: dict, props: dict) -> None
 
 
 def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: float,
-           refuse: str = "") -> tuple[Outgoing, tuple[Rule, ...]]:
+           refuse: str = "", reserved: str = "") -> tuple[Outgoing, tuple[Rule, ...]]:
     kind = row.get("kind") or "publish"
     if kind == "publish":
         rules, qos = prof.publish, _qos(row)
@@ -435,6 +415,8 @@ def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: fl
     if not topic:
         raise MappingError(f"{identity(row)}: {kind} has no topic")
     exp = expires_at(row, now) if kind == "publish" else None
+    if reserved and kind == "publish":
+        check_properties(row.get("user_properties"), reserved, identity(row))
     part, off = row.get("partition"), row.get("offset")
     out = Outgoing(
         message=None,
@@ -451,17 +433,17 @@ def _start(row: Mapping[str, Any], prof: Profile, address_template: str, now: fl
 
 
 def map_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float,
-            refuse: str = "") -> Outgoing:
+            refuse: str = "", reserved: str = "") -> Outgoing:
     """Map one FORWARD_DDL row (a dict) to an :class:`Outgoing` with a proton Message.
 
     ``now`` is the send time (epoch seconds) for the remaining lifetime;
-    ``refuse``: ``amqp.address_refuse``. An expired PUBLISH gives
+    ``refuse``: ``amqp.address_refuse``; ``reserved``: ``amqp.property_refuse``. An expired PUBLISH gives
     ``message=None``. Raises :class:`MappingError` when the row has no topic
     or an unknown ``kind``, :class:`~bridge.amqp.addresses.AddressCharsError` when its topic (or
     Response Topic) cannot be an address on the peer.
     """
     prof = PROFILES[profile] if isinstance(profile, str) else profile
-    out, rules = _start(row, prof, address_template, now, refuse)
+    out, rules = _start(row, prof, address_template, now, refuse, reserved)
     exp = out.expires_at
     if exp is not None and remaining_ms(exp, now) <= 0:
         return out

@@ -224,7 +224,8 @@ class Forwarder:
                     chunk_now = time.time()
                 pre.rows += 1
                 try:
-                    out = encode_row(row, profile, cfg.address_template, chunk_now, cfg.address_refuse)
+                    out = encode_row(row, profile, cfg.address_template, chunk_now, cfg.address_refuse,
+                                     cfg.property_refuse)
                 except ENCODING_FAILURES as exc:
                     if isinstance(exc, NOT_THE_ROWS_FAULT):
                         raise

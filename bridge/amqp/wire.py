@@ -170,7 +170,7 @@ def encode_tail(annotations: dict, properties: "dict[str, Any] | list", app_prop
 
 # --------------------------------------------------------------- a row, encoded
 def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template: str, now: float,
-               refuse: str = "") -> Outgoing:
+               refuse: str = "", reserved: str = "") -> Outgoing:
     """:func:`~bridge.amqp.mapping.map_row`, encoded: the same rules, written here.
 
     The Outgoing carries ``durable`` and ``delivery_count`` for the header
@@ -178,7 +178,7 @@ def encode_row(row: Mapping[str, Any], profile: Profile | str, address_template:
     other section, as bytes. ``message`` stays None.
     """
     prof = PROFILES[profile] if isinstance(profile, str) else profile
-    out, rules = _start(row, prof, address_template, now, refuse)
+    out, rules = _start(row, prof, address_template, now, refuse, reserved)
     exp = out.expires_at
     if exp is not None and remaining_ms(exp, now) <= 0:
         return out

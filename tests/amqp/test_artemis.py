@@ -33,6 +33,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from proton import Message, symbol
 
+from bridge.amqp.addresses import RESERVED_PROPERTY
 from bridge.amqp.mapping import ANN_PAYLOAD_FORMAT, ANN_USER_PROPERTIES, ID_PROPERTY
 from bridge.amqp.sender import Forwarder
 from bridge.config import AmqpConfig, load_config
@@ -132,6 +133,26 @@ def test_every_field_of_the_mapping_arrives(profile, consumer, url, caplog):
     assert m5.annotations[symbol(ANN_PAYLOAD_FORMAT)] == 1
     assert m5.properties == {"k": "1", "unit": "C", ID_PROPERTY: "mqtt-frames/0/5"}
     assert m5.annotations[symbol(ANN_USER_PROPERTIES)] == [["k", "1"], ["unit", "C"], ["k", "2"]]
+
+
+@pytest.mark.parametrize("refuse", ["", None])  # "": the guard off; None: the peer's, _AMQ_
+def test_lg_amqp_reserved_property_a_user_property_artemis_reads_as_an_order_is_quarantined(refuse, consumer, url):
+    topic = consumer.topic(f"dupl-{refuse is None}")
+    dupl = [{"key": "_AMQ_DUPL_ID", "value": "same"}]
+    batch = [row(topic, i, qos=1, packet_id=i + 1, payload=b"m%d" % i, user_properties=dupl) for i in range(2)]
+    batch.append(row(topic, 2, qos=1, packet_id=3, payload=b"plain", user_properties=[["_amq_x", "1"]]))
+    sets = [] if refuse is None else [f"amqp.property_refuse={refuse}"]
+    with Forwarder(config(url, *sets)) as fwd:
+        res = fwd.forward(batch)
+    if refuse == "":  # the peer accepts both and drops the second as a duplicate: lost without a trace
+        assert res.accepted == 3 and not res.failures
+        consumer.wait(topic, 2, timeout=10)
+        time.sleep(2)  # what else arrives
+        assert sorted(bytes(m.body) for m in consumer.wait(topic, 2)) == [b"m0", b"plain"]
+        return
+    assert res.accepted == 1 and [f.rule for f in res.failures] == [RESERVED_PROPERTY] * 2
+    assert "'_AMQ_DUPL_ID'" in res.failures[0].error and (res.failures[0].offset, res.failures[1].offset) == (0, 1)
+    assert [bytes(m.body) for m in consumer.wait(topic, 1)] == [b"plain"]  # a name only like it goes
 
 
 def test_qos2_gives_the_publish_then_the_pubrel(consumer, url):

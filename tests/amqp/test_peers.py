@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from proton import Message
 
+from bridge.amqp.addresses import RESERVED_PROPERTY, ReservedPropertyError
 from bridge.amqp.mapping import ADDRESS_CHARS, AddressCharsError, address_for, map_row
 from bridge.amqp.reverse import ReverseMappingError, map_message
 from bridge.amqp.unforwardable import unforwardable
@@ -30,8 +31,8 @@ def test_a_peer_gives_the_address_keys_their_defaults(peer):
     cfg = load_config(None, [f"amqp.peer={peer}"], env={})
     p = PEERS[peer]
     assert (cfg.amqp.address_template, cfg.amqp.client_address_template, cfg.amqp.downlink_topic_address,
-            cfg.amqp.address_refuse) == (p.address_template, p.client_address_template,
-                                         p.downlink_topic_address, p.refuse)
+            cfg.amqp.address_refuse, cfg.amqp.property_refuse) == (
+        p.address_template, p.client_address_template, p.downlink_topic_address, p.refuse, p.property_refuse)
 
 
 def test_a_key_set_by_the_user_wins_over_the_peer(tmp_path):
@@ -91,6 +92,22 @@ def test_lg_amqp_address_chars_the_quarantine_row_names_the_rule():
         u = unforwardable(row("t/a*b"), exc)
     assert u.rule == ADDRESS_CHARS and u.error.startswith(f"[{ADDRESS_CHARS}]")
     assert (u.stream, u.partition, u.offset) == ("s", 0, 11)
+
+
+@pytest.mark.parametrize("pairs", [[["_AMQ_DUPL_ID", "x"]], [{"key": "a", "value": "1"}, {"key": "_AMQ_X", "value": ""}]])
+@pytest.mark.parametrize("encode", [encode_row, map_row])
+def test_lg_amqp_reserved_property_quarantined_on_artemis_sent_elsewhere(encode, pairs):
+    r = row("t/1", user_properties=pairs)
+    reserved = load_config(None, ["amqp.peer=artemis"], env={}).amqp.property_refuse
+    with pytest.raises(ReservedPropertyError) as caught:
+        encode(r, "seed", "topic://{routing_key}", 0.0, "", reserved)
+    u = unforwardable(r, caught.value)
+    assert u.rule == RESERVED_PROPERTY and u.error.startswith(f"[{RESERVED_PROPERTY}] s/0/11: User Property '_AMQ_")
+    for peer in ("rabbitmq", "generic"):  # they read no application property: it goes
+        assert encode(r, "seed", "{topic}", 0.0, "", PEERS[peer].property_refuse).address == "t/1"
+    assert encode(row("t/1", user_properties=[["_amq_dupl_id", "x"], ["x_AMQ_", "y"]]), "seed", "{topic}", 0.0, "",
+                  reserved).address == "t/1"  # a prefix, case and all
+    assert encode(row("t/1", kind="pubrel"), "seed", "{topic}", 0.0, "", reserved).address == "t/1"
 
 
 def test_lg_amqp_address_chars_the_downlink_rejects_an_address_derived_topic_holding_it():
