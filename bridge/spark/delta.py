@@ -1,6 +1,12 @@
-"""The table engine of a process with a SparkSession: delta-spark when its
-JVM classes are on the classpath (or ``tables.engine = "delta-spark"``),
-else delta-rs (:mod:`bridge.tables.engine`, which never loads Spark)."""
+"""The table engine of a process with a SparkSession.
+
+``tables.engine = "auto"``: delta-spark on a cluster (a master that is not
+``local``) when its JVM classes are on the classpath, where Spark's
+executors write the tables; else delta-rs (:mod:`bridge.tables.engine`,
+which never loads Spark), the embedded engine of one machine
+(``lakegate run``, ``lakegate process``): docs/tables.md has the
+measurements behind the choice (``lakegate bench tables``).
+``"delta-spark"`` or ``"delta-rs"`` choose one whatever the mode."""
 
 from __future__ import annotations
 
@@ -22,10 +28,11 @@ log = logging.getLogger("bridge.tables.engine")
 
 
 def make_engine(config: "Config", spark: "SparkSession | None" = None) -> TableEngine:
-    """The engine ``tables.engine`` asks for ("auto": delta-spark when its JVM classes are present)."""
+    """The engine ``tables.engine`` asks for (module doc)."""
     choice = config.tables.engine
     if choice == "auto":
-        choice = "delta-spark" if spark is not None and delta_spark_available(spark) else "delta-rs"
+        cluster = spark is not None and not spark.sparkContext.master.startswith("local")
+        choice = "delta-spark" if cluster and delta_spark_available(spark) else "delta-rs"
     if choice != "delta-spark" or spark is None:
         return make_engine_without_spark(config)  # delta-rs (or the error of delta-spark without a session)
     from bridge.spark.deltaspark import DeltaSparkEngine

@@ -9,7 +9,9 @@
   lakegate with it (:mod:`bridge.spark.executor_python`);
 * otherwise it starts a local session (``spark.master``, default ``local[*]``)
   after checking that Java 17+ is present (:class:`bridge.javacheck.JavaMissing`
-  otherwise), with the project's quiet log4j2 configuration.
+  otherwise), with the project's quiet log4j2 configuration and the jars
+  of ``.jvm/lib/`` that ``scripts/bootstrap`` resolved (delta-spark and its
+  SQL extension, Spark's Kafka connector: :mod:`bridge.spark.jars`).
 
 Library code never reaches for a global session: callers pass ``spark``.
 """
@@ -111,7 +113,10 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         _python_path_for_static_sources()
-        conf = {**_base_conf(config), **(extra or {})}
+        from bridge.spark.jars import spark_conf
+
+        # delta-spark and Spark's Kafka connector from .jvm/lib/ (scripts/bootstrap), when there
+        conf = {**_base_conf(config), **spark_conf(), **(extra or {})}
         builder = SparkSession.builder.master(config.spark.master).appName(name)
         for k, v in conf.items():
             builder = builder.config(k, v)
@@ -132,9 +137,12 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
 
 
 def delta_spark_available(spark: "SparkSession") -> bool:
-    """True when delta-spark's JVM classes are on the classpath."""
+    """True when delta-spark's JVM classes are on the classpath (the JVM's
+    own, or Spark's for ``spark.jars`` / ``--jars``: looked up as Spark
+    looks up a class, through the context class loader)."""
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName(DELTA_CLASS)  # noqa: SLF001 - py4j handle, no public API
+        jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j handle, no public API
+        jvm.org.apache.spark.util.Utils.classForName(DELTA_CLASS, False, False)
         return True
     except Exception:  # py4j raises Py4JJavaError (ClassNotFoundException)
         return False
