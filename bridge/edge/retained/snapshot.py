@@ -14,10 +14,16 @@ newest commit that records one (``bridge.tables.coverage``); none means
 nothing of this stream is known to be in it (the overlay starts from the
 log's earliest record).
 
+The edge reads the table's data files itself (the Parquet files delta-rs
+lists for the version, by column name, every row of a listed file live), not
+through a Delta reader: a table is served only when its protocol says that is
+its content (:data:`EDGE_READS`, :func:`unreadable`). Deletion vectors, column
+mapping and any other reader feature are refused, never misread.
+
 Errors are one line each (:class:`SnapshotError`): no table yet is not an
 error (an empty snapshot); a version that cannot be read, or a table whose
-protocol needs reader features delta-rs (``deltalake``) does not support,
-is; the edge then serves its overlay and says so.
+protocol the edge does not read (which table, which feature, what makes it
+readable), is; the store then serves what it has and says so.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from bridge.edge.retained.index import LevelIndex
 from bridge.mqtt.properties import Properties, Scope, encode_properties
 from bridge.tables.coverage import covered_offsets
 
-__all__ = ["Snapshot", "SnapshotError", "load_snapshot"]
+__all__ = ["EDGE_READS", "Snapshot", "SnapshotError", "load_snapshot", "unreadable"]
 
 log = logging.getLogger("bridge.edge")
 
@@ -48,13 +54,46 @@ _BULKY = ["payload", "payload_format_indicator", "content_type", "response_topic
           "correlation_data", "user_properties"]
 #: commits searched (newest first) for this stream's coverage
 HISTORY_DEPTH = 1000
-#: reader features whose tables the edge reads as plain Parquet files
-#: (anything else, e.g. deletion vectors or column mapping, is refused)
-_READABLE_FEATURES = {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "domainMetadata"}
+#: What the edge reads of a Delta table's protocol. It reads the data files
+#: delta-rs lists for a version with pyarrow, by column name, and serves every
+#: row of a listed file as live, so it serves a table only where that is the
+#: table's content: reader version 1 (no reader feature), 2 (the legacy
+#: protocol of column mapping: only with ``delta.columnMapping.mode`` none,
+#: i.e. files whose columns carry the table's names), 3 with these reader
+#: features, none of which changes what rows or columns a listed file holds:
+#:
+#: * ``timestampNtz``: a column type (each column read is cast to the
+#:   ``retained`` schema's type);
+#: * ``v2Checkpoint``: the log's checkpoint format (delta-rs reads the log);
+#: * ``vacuumProtocolCheck``: a rule for VACUUM (the edge never vacuums).
+#:
+#: Anything else is refused (:func:`unreadable`), in particular
+#: ``deletionVectors`` (rows a vector deletes would be served as live),
+#: ``columnMapping`` with mode ``name`` or ``id`` (files name columns by
+#: physical names: a renamed or re-added column would be read wrong or as
+#: null), ``typeWidening``, ``variantType`` and features newer than this list.
+#: Writer features do not matter here: the edge never writes.
+EDGE_READS = {"reader_versions": (1, 2, 3),
+              "reader_features": frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}),
+              "column_mapping_modes": ("none",)}
+#: why a refused feature would be misread (the refusal's line says it)
+_WHY = {"deletionVectors": "rows a deletion vector deletes would be served as live",
+        "columnMapping": "data files name columns by physical names, not the table's"}
 
 
 class SnapshotError(RuntimeError):
-    """A retained table version the edge cannot serve from (one line)."""
+    """A retained table version the edge cannot serve from (one line).
+    ``remedy``: what makes the table readable, when known; ``version``: the
+    version refused for its protocol (None for any other error: worth a retry)."""
+
+    def __init__(self, problem: str, remedy: str | None = None, version: int | None = None) -> None:
+        super().__init__(problem)
+        self.remedy = remedy
+        self.version = version
+
+    def line(self, serving: str) -> str:
+        """The log line: the problem, what the edge serves meanwhile, the remedy."""
+        return "; ".join(p for p in (str(self), serving, self.remedy) if p)
 
 
 class Snapshot:
@@ -255,7 +294,9 @@ def _row_table(topics: pa.Array) -> dict[str, int]:
 def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
                   warm_s: float = 5.0) -> Snapshot | None:
     """The table's latest version (None: there is no table yet). Raises
-    :class:`SnapshotError` with one line when the version cannot be read."""
+    :class:`SnapshotError` with one line when the version cannot be read,
+    or when its protocol needs what the edge does not read
+    (:func:`unreadable`; checked before any data file is listed)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -270,12 +311,10 @@ def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
     try:
         version = dt.version()
         protocol = dt.protocol()
-        features = set(getattr(protocol, "reader_features", None) or ())
-        if protocol.min_reader_version > 3 or features - _READABLE_FEATURES:
-            raise SnapshotError(
-                f"retained table {table_path}: version {version} needs reader version "
-                f"{protocol.min_reader_version} with features {sorted(features) or 'none'}, which "
-                "the edge does not read; serving the edge's own captures only")
+        configuration = dt.metadata().configuration
+        refused = unreadable(protocol.min_reader_version, protocol.reader_features, configuration)
+        if refused:
+            raise _refusal(table_path, version, refused, configuration)
         covered = covered_offsets(dt.history(HISTORY_DEPTH), stream)
         files = dt.file_uris()
         parts = [_read(u, _SMALL) for u in files]
@@ -283,7 +322,7 @@ def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
         raise
     except Exception as exc:  # a damaged log or file
         raise SnapshotError(f"retained table {table_path}: version cannot be read "
-                            f"({_line(exc)}); serving the edge's own captures only") from None
+                            f"({_line(exc)})") from None
     from bridge.tables.schemas import SCHEMAS
 
     small = pa.concat_tables(parts) if parts else \
@@ -297,6 +336,45 @@ def load_snapshot(table_path: Path, stream: str, cache_bytes: int,
     snap.warm(time.monotonic() + warm_s)
     _give_back()
     return snap
+
+
+def unreadable(min_reader_version: int, reader_features, configuration) -> list[str]:
+    """What of a table's protocol (its ``minReaderVersion``, ``readerFeatures``
+    and table properties) the edge does not read (:data:`EDGE_READS`), as
+    the reader features to name ("reader version N" for an unknown
+    version); empty when the edge reads the table as it is."""
+    features = set(reader_features or ())
+    if min_reader_version == 2:
+        features.add("columnMapping")  # the legacy protocol version's one feature
+    elif min_reader_version not in EDGE_READS["reader_versions"]:
+        return [f"reader version {min_reader_version}"]
+    mode = ((configuration or {}).get("delta.columnMapping.mode") or "none").lower()
+    if mode in EDGE_READS["column_mapping_modes"]:
+        features.discard("columnMapping")  # files carry the table's column names
+    else:
+        features.add("columnMapping")
+    return sorted(features - EDGE_READS["reader_features"])
+
+
+def _refusal(table_path: Path, version: int, refused: list[str], configuration) -> SnapshotError:
+    """The one-line refusal: which table, what of its protocol, why, what to do."""
+    mode = (configuration or {}).get("delta.columnMapping.mode") or "none"
+    named = []
+    for f in refused:
+        if f.startswith("reader version "):
+            named.append(f)
+        elif f == "columnMapping":
+            named.append(f"reader feature columnMapping (delta.columnMapping.mode = {mode}: "
+                         f"{_WHY[f]})")
+        else:
+            named.append(f"reader feature {f}" + (f" ({_WHY[f]})" if f in _WHY else ""))
+    drop = [f for f in refused if not f.startswith("reader version ")]
+    remedy = None
+    if drop:
+        remedy = "to serve it, drop with Spark (Delta 4): " + ", ".join(
+            f"ALTER TABLE delta.`{table_path}` DROP FEATURE {f}" for f in drop)
+    return SnapshotError(f"retained table {table_path}: needs {' and '.join(named)}, which the "
+                         "edge does not read", remedy, version)
 
 
 def _give_back() -> None:

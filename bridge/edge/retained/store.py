@@ -66,6 +66,10 @@ class RetainedStore:
         self._frozen: tuple[int, list[Entry]] | None = None  # (overlay version, entries)
         #: the last error loading a version (one line), None when the last load worked
         self.error: str | None = None
+        self._problem: str | None = None  # that error's problem, logged once while it lasts
+        #: the newest version refused for its protocol (a version does not change:
+        #: the refresh loads again only when a newer one appears)
+        self._refused: int | None = None
         self._dt = None  # the DeltaTable the refresh polls
 
     # ------------------------------------------------------------ loading
@@ -80,11 +84,17 @@ class RetainedStore:
         try:
             snap = load_snapshot(self.table_path, self.stream, self.cache_bytes)
         except SnapshotError as exc:
-            if str(exc) != self.error:
-                log.error("%s", exc)
-            self.error = str(exc)
+            served = self.snapshot
+            self.error = exc.line(
+                "serving the edge's own captures only" if served is None else
+                f"still serving table version {served.version} and the edge's own captures after it")
+            if str(exc) != self._problem:  # one line per problem, not one per refresh
+                log.error("%s", self.error)
+            self._problem = str(exc)
+            if exc.version is not None:
+                self._refused = exc.version
             return None
-        self.error = None
+        self.error = self._problem = None
         return snap
 
     def newer(self) -> bool:
@@ -103,7 +113,9 @@ class RetainedStore:
         except Exception:  # no table yet, or a log being written
             self._dt = None
             return False
-        return self.snapshot is None or v > self.snapshot.version
+        seen = max(-1 if self.snapshot is None else self.snapshot.version,
+                   -1 if self._refused is None else self._refused)
+        return v > seen
 
     def swap(self, snap: Snapshot | None, gradual: bool = False) -> None:
         """Serve ``snap`` from now on (on the loop); drop the overlay entries
