@@ -7,7 +7,10 @@ Capture log -> parse -> Delta tables (messages, retained, quarantine) -> AMQP
 forwarding, with its checkpoint under data_dir. All logic lives in the
 package (bridge.job.pipeline); this file only parses arguments, builds the
 session and runs the job. Exit codes as ``lakegate process``: 0, 1 when the
-query failed, 2 for a bad configuration or a missing Java (one line on stderr).
+query failed, 2 for a bad configuration, a missing Java or unusable jars (one
+line on stderr: a jar of another Spark or Scala line in spark.jars, or
+tables.engine = "delta-spark" without delta-spark on the classpath; see
+docs/job.md, "JVM jars under spark-submit").
 """
 
 import argparse
@@ -17,6 +20,7 @@ from bridge.cli import setup_logging
 from bridge.config import ConfigError, load_config
 from bridge.javacheck import JavaMissing
 from bridge.job.pipeline import run_job, shutdown
+from bridge.spark.delta import require_jars
 from bridge.spark.executor_python import ExecutorPythonError
 from bridge.spark.session import build_session
 
@@ -28,8 +32,9 @@ args = p.parse_args()
 try:
     config = load_config(args.config, args.overrides)
     setup_logging(config)
-    spark = build_session(config, app_name="lakegate-job")
-except (ConfigError, JavaMissing, ExecutorPythonError) as exc:
+    require_jars(config)  # run without spark-submit (python jobs/process_packets.py): .jvm/lib/delta
+    spark = build_session(config, app_name="lakegate-job")  # under spark-submit: checks the jars it was given
+except (ConfigError, JavaMissing, ExecutorPythonError) as exc:  # JarsUnusable is a ConfigError
     msg = str(exc)
     print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
     sys.exit(2)

@@ -4,7 +4,9 @@ The same job as ``spark-submit jobs/process_packets.py``: capture log ->
 parse -> Delta tables -> AMQP forwarding. ``--once`` processes everything
 available and exits 0. Ctrl-C (SIGINT) or SIGTERM stops after the current
 batch: the batch finishes (tables, forwarding, checkpoint), no new one
-starts, exit 0. Exit 1 when the query failed; 2 when Java is missing.
+starts, exit 0. Exit 1 when the query failed; 2 when Java is missing, or
+``tables.engine = "delta-spark"`` is asked for without delta-spark's jars
+(``.jvm/lib/delta``: ``scripts/bootstrap``), one line each.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.job.pipeline import run_job, shutdown
     from bridge.metrics.wiring import metrics_server
+    from bridge.spark.delta import require_jars
     from bridge.spark.session import build_session
     from bridge.sqlserve import endpoint
 
+    require_jars(config)  # JarsUnusable (one line, exit 2): delta-spark asked for, its jars absent
     endpoint.check_port(config)  # ConfigError (one line, exit 2) when the SQL endpoint's port is taken
     endpoint.export_tables_dir(config)
     spark = build_session(config, app_name="lakegate-job",  # checks Java first (JavaMissing: exit 2)

@@ -16,10 +16,17 @@ conflict waiting to happen. What is left is what the group adds.
 A local session (:func:`bridge.spark.session.build_session`) gets them
 through :func:`spark_conf` (``spark.jars``, local files: nothing is fetched
 at run time, no Ivy), and with delta its SQL extension and catalog;
-``spark-submit`` through ``conf/spark-defaults.conf`` or ``--jars``
-(``lakegate doctor`` prints the line). :func:`problems` says, one line per
-group, what is missing or of the wrong Spark or Scala version, and the
-command that fetches it.
+``spark-submit`` through ``conf/spark-defaults.conf`` (``spark.jars``
+with the ``.jvm/lib`` globs, relative to the checkout: spark-submit expands
+them, adds the jars to the driver's class loader and serves them to the
+executors) or
+``--jars`` (:func:`submit_options`; ``lakegate doctor`` prints the line).
+:func:`problems` says, one line per group, what is missing or of the wrong
+Spark or Scala version, and the command that fetches it;
+:func:`listed_problems` the same of the jars spark-submit was given.
+:class:`JarsUnusable` is such a line where it stops a command: a jar of
+another Spark or Scala line on the classpath, or ``tables.engine =
+"delta-spark"`` without delta-spark (a configuration error: exit 2).
 
 No pyspark import here: the bootstrap runs :func:`prune` before any JVM.
 """
@@ -34,7 +41,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GROUPS", "Group", "jars", "jvm_dir", "problems", "prune", "spark_conf", "spark_jars_dir"]
+from bridge.config import ConfigError
+
+__all__ = ["GROUPS", "Group", "JarsUnusable", "jar_line", "jars", "jvm_dir", "listed_problems", "problems", "prune",
+           "spark_conf", "spark_jars_dir", "submit_options", "summary"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +78,24 @@ DELTA_SQL_CONF = {
 _ROOT = Path(__file__).resolve().parents[2]
 #: ``<artifactId>-<version>.jar``: the version starts at the first ``-<digit>``
 _JAR = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^/]*)\.jar$")
+#: the same, for the eye: the version starts at the last ``-<digit>`` (spark-sql-kafka-0-10_2.13 4.2.0)
+_VERSIONED = re.compile(r"^(.+)-(\d[^/]*)\.jar$")
+#: the Spark and Scala line in a group's main jar name, wherever it lies (Ivy's
+#: copies are ``io.delta_delta-spark_4.2_2.13-4.4.0.jar``): delta-spark_<spark>_<scala>-<delta>,
+#: spark-sql-kafka-0-10_<scala>-<spark>
+_LINES = {
+    "delta": re.compile(r"delta-spark_(?P<spark>\d+\.\d+)_(?P<scala>\d+\.\d+)-\d"),
+    "kafka": re.compile(r"spark-sql-kafka-0-10_(?P<scala>\d+\.\d+)-(?P<spark>\d+\.\d+)\."),
+}
+
+
+class JarsUnusable(ConfigError):
+    """A jar group stops a command: one line naming the artifact and the
+    command that fetches it (a configuration error: exit 2)."""
+
+    def __init__(self, key: str, source: str, line: str) -> None:
+        self.key, self.source, self.problem = key, source, line
+        ValueError.__init__(self, line)
 
 
 def jvm_dir() -> Path:
@@ -123,38 +151,82 @@ def prune(folder: Path, spark_jars: Path | None = None) -> list[str]:
     return gone
 
 
-def problems(group: str) -> list[str]:
+def jar_line(name: str) -> tuple[str, str, str] | None:
+    """(group, Spark major.minor, Scala binary version) a group's main jar is
+    built for, from its file name; None for any other jar."""
+    for group, pattern in _LINES.items():
+        m = pattern.search(Path(name).name)
+        if m:
+            return group, m.group("spark"), m.group("scala")
+    return None
+
+
+def _mismatch(path: str, where: str, spark: str, scala: str, runtime: str) -> str | None:
+    line = jar_line(path)
+    if line is None or (line[1], line[2]) == (spark, scala):
+        return None
+    return (f"{Path(path).name} {where} is for Spark {line[1]} / Scala {line[2]}, but {runtime} is "
+            f"Spark {spark} / Scala {scala}: run {FETCH} for the version pinned for it")
+
+
+def problems(group: str, purpose: bool = True) -> list[str]:
     """What stops ``group`` from working with this pyspark, one line each
-    (naming the artifact and the command that fetches it); [] when none."""
+    (naming the artifact and the command that fetches it; ``purpose``: and
+    what the group is for); [] when none."""
     g = GROUPS[group]
     found = [p for p in jars(group) if p.name.startswith(g.artifact)]
     where = jvm_dir() / "lib" / group
     if not found:
-        return [f"{g.artifact.rstrip('_')} jar missing in {where}/ (for {g.purpose}): run {FETCH}"]
+        why = f" (for {g.purpose})" if purpose else ""
+        return [f"{g.artifact.rstrip('_')} jar missing in {where}/{why}: run {FETCH}"]
     line = _spark_line()
-    out = []
-    for path in found:
-        # delta-spark_4.2_2.13-4.4.0.jar: for Spark 4.2, Scala 2.13; spark-sql-kafka-0-10_2.13-4.2.0.jar: Spark 4.2.0
-        m = re.match(r"^delta-spark_(\d+\.\d+)_(\d+\.\d+)-", path.name) or \
-            re.match(r"^spark-sql-kafka-0-10_(\d+\.\d+)-(\d+\.\d+)\.", path.name)
-        if line is None or m is None:
-            continue
-        spark, scala = line
-        want_spark, want_scala = (m.group(1), m.group(2)) if group == "delta" else (m.group(2), m.group(1))
-        if (want_spark, want_scala) != (spark, scala):
-            out.append(f"{path.name} in {where}/ is for Spark {want_spark} / Scala {want_scala}, but pyspark is "
-                       f"Spark {spark} / Scala {scala}: run {FETCH} (jvm/pom.xml pins the matching version)")
-    return out
+    if line is None:
+        return []
+    return [bad for p in found if (bad := _mismatch(str(p), f"in {where}/", *line, "pyspark")) is not None]
+
+
+def listed_problems(paths: list[str], spark_version: str, scala_version: str) -> list[str]:
+    """The jars among ``paths`` (spark-submit's ``spark.jars``: files or
+    URLs) built for another Spark or Scala line than the running one
+    (``spark_version`` 4.2.0, ``scala_version`` 2.13.16), one line each."""
+    spark = ".".join(spark_version.split(".")[:2])
+    scala = ".".join(scala_version.split(".")[:2])
+    return [bad for p in paths if p and (bad := _mismatch(p.rsplit("/", 1)[-1], "(spark.jars)", spark, scala,
+                                                          "this spark-submit")) is not None]
+
+
+def summary(group: str) -> str:
+    """``11 jars: delta-spark_4.2_2.13 4.4.0, delta-storage 4.4.0, ...`` (doctor)."""
+    found = jars(group)
+    named = []
+    for p in found:
+        m = _VERSIONED.match(p.name)
+        named.append(f"{m.group(1)} {m.group(2)}" if m else p.name)
+    return f"{len(found)} jar{'s' if len(found) != 1 else ''}: {', '.join(named)}"
+
+
+def submit_options(groups: tuple[str, ...] = tuple(GROUPS)) -> list[str]:
+    """spark-submit's options for the jars: ``--properties-file
+    conf/spark-defaults.conf`` (its ``spark.jars`` globs are relative to the
+    checkout, where the command runs), plus ``--jars`` with absolute globs
+    when the jars live elsewhere (``$LAKEGATE_JVM_DIR``): ``--jars`` wins
+    over the file's ``spark.jars``."""
+    opts = ["--properties-file", "conf/spark-defaults.conf"]
+    if jvm_dir().resolve() != (_ROOT / ".jvm").resolve():
+        opts += ["--jars", ",".join(str(jvm_dir() / "lib" / g / "*.jar") for g in groups)]
+    return opts
 
 
 _SAID: set[str] = set()
 
 
-def spark_conf(groups: tuple[str, ...] = ("delta", "kafka")) -> dict[str, str]:
+def spark_conf(groups: tuple[str, ...] = ("delta", "kafka"), engine: str = "auto") -> dict[str, str]:
     """Spark settings that put the present, usable groups' jars on a local
     session's classpath (``spark.jars``: local files), with delta-spark's
     SQL extension and catalog when its jars are there. A group missing or
-    unusable is said once per process (INFO), and left out."""
+    unusable is said once per process (INFO), and left out. ``engine``:
+    ``tables.engine`` (the line says delta-rs takes over unless delta-spark
+    was asked for)."""
     paths: list[str] = []
     conf: dict[str, str] = {}
     for group in groups:
@@ -162,7 +234,7 @@ def spark_conf(groups: tuple[str, ...] = ("delta", "kafka")) -> dict[str, str]:
         if bad:
             if group not in _SAID:
                 _SAID.add(group)
-                extra = "; tables go through delta-rs" if group == "delta" else ""
+                extra = "; tables go through delta-rs" if group == "delta" and engine != "delta-spark" else ""
                 log.info("spark: %s%s", bad[0], extra)
             continue
         paths += [str(p) for p in jars(group)]

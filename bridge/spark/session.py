@@ -6,7 +6,15 @@
   (never overrides ``--master``), and sets the executors' Python to the
   driver's interpreter unless ``PYSPARK_PYTHON`` / ``spark.pyspark.python``
   says otherwise, and on a cluster master checks that the executors import
-  lakegate with it (:mod:`bridge.spark.executor_python`);
+  lakegate with it (:mod:`bridge.spark.executor_python`). Before the
+  SparkContext starts it checks the jars spark-submit was given
+  (``conf/spark-defaults.conf``, ``--jars``, ``--packages``): one of another
+  Spark or Scala line, or ``tables.engine = "delta-spark"`` without
+  delta-spark's classes, is one line and exit 2
+  (:class:`bridge.spark.jars.JarsUnusable`); without delta-spark otherwise,
+  Delta's SQL extension and catalog the settings name are left out (they
+  would fail the session's first catalog use) and the tables go through
+  delta-rs, said once;
 * otherwise it starts a local session (``spark.master``, default ``local[*]``)
   after checking that Java 17+ is present (:class:`bridge.javacheck.JavaMissing`
   otherwise), with the project's quiet log4j2 configuration and the jars
@@ -100,7 +108,7 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         # before the SparkContext starts: it reads $PYSPARK_PYTHON once, for every Python function it ships
         python = executor_python.apply().python
         builder = SparkSession.builder.appName(name).config(executor_python.CONF, python)
-        for k, v in (extra or {}).items():
+        for k, v in {**_submitted_conf(config), **(extra or {})}.items():
             builder = builder.config(k, v)
         spark = builder.getOrCreate()
         try:
@@ -116,7 +124,7 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
         from bridge.spark.jars import spark_conf
 
         # delta-spark and Spark's Kafka connector from .jvm/lib/ (scripts/bootstrap), when there
-        conf = {**_base_conf(config), **spark_conf(), **(extra or {})}
+        conf = {**_base_conf(config), **spark_conf(engine=config.tables.engine), **(extra or {})}
         builder = SparkSession.builder.master(config.spark.master).appName(name)
         for k, v in conf.items():
             builder = builder.config(k, v)
@@ -136,13 +144,79 @@ def build_session(config: Config, app_name: str | None = None, extra: Mapping[st
     return spark
 
 
+_SAID_SUBMITTED = False
+
+
+def _submitted_conf(config: Config) -> dict[str, str]:
+    """Under spark-submit, before the SparkContext: the jars spark-submit was
+    given (its ``spark.jars``) against the running Spark and Scala, and
+    whether delta-spark's classes are there (module doc). Returns the
+    settings to change: Delta's SQL extension and catalog out when its
+    classes are absent; the SQL warehouse under ``data_dir`` unless given."""
+    global _SAID_SUBMITTED
+    from pyspark import SparkConf, SparkContext
+
+    from bridge.spark import jars
+
+    SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM (no SparkContext yet)
+    jvm = SparkContext._jvm
+    given = SparkConf()  # what spark-submit was given: the JVM's spark.* properties
+    conf: dict[str, str] = {}
+    if not given.contains("spark.sql.warehouse.dir"):
+        # as a local session's: not ./spark-warehouse of the directory spark-submit runs in (Delta's catalog makes it)
+        conf["spark.sql.warehouse.dir"] = str(config.data_path / "spark-warehouse")
+    listed = [p.strip() for p in given.get("spark.jars", "").split(",") if p.strip()]
+    bad = jars.listed_problems(listed, _spark_version(jvm), jvm.scala.util.Properties.versionNumberString())
+    if bad:
+        raise jars.JarsUnusable("spark.jars", "spark-submit", bad[0])
+    if _loadable(jvm, DELTA_CLASS):
+        return conf
+    if config.tables.engine == "delta-spark":
+        source = config.sources.get("tables.engine", "default")
+        raise jars.JarsUnusable(
+            "tables.engine", source,
+            f"tables.engine = delta-spark (from {source}), but delta-spark is not on spark-submit's classpath "
+            f"({len(listed)} jars in spark.jars, none of them delta-spark_*.jar): run {jars.FETCH}, then submit "
+            f"from the checkout with {' '.join(jars.submit_options())} (docs/job.md)")
+    ext_key, catalog_key = "spark.sql.extensions", "spark.sql.catalog.spark_catalog"
+    extensions = [e.strip() for e in given.get(ext_key, "").split(",") if e.strip()]
+    if jars.DELTA_SQL_CONF[ext_key] in extensions:
+        conf[ext_key] = ",".join(e for e in extensions if e != jars.DELTA_SQL_CONF[ext_key])
+    if given.get(catalog_key, "") == jars.DELTA_SQL_CONF[catalog_key]:
+        conf[catalog_key] = "builtin"  # Spark's own session catalog
+    if not _SAID_SUBMITTED:
+        _SAID_SUBMITTED = True
+        left_out = ext_key in conf or catalog_key in conf
+        log.info("spark: delta-spark is not on spark-submit's classpath (%d jars in spark.jars, none of them "
+                 "delta-spark_*.jar)%s; tables go through delta-rs (run %s, then submit from the checkout "
+                 "with %s for delta-spark)", len(listed),
+                 "; its SQL extension and catalog left out" if left_out else "", jars.FETCH,
+                 " ".join(jars.submit_options()))
+    return conf
+
+
+def _spark_version(jvm) -> str:
+    """The version of the JVM's Spark (spark-submit's; pyspark's if it cannot be read)."""
+    try:
+        return str(jvm.org.apache.spark.package.SPARK_VERSION())  # the package object's static forwarder
+    except Exception:  # noqa: BLE001 - py4j errors; the Python side's version is the same Spark in a venv
+        import pyspark
+
+        return pyspark.__version__
+
+
+def _loadable(jvm, name: str) -> bool:
+    """Whether ``name`` loads as Spark loads a class (the context class loader:
+    spark.jars and --jars included)."""
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(name, False, False)
+        return True
+    except Exception:  # py4j raises Py4JJavaError (ClassNotFoundException)
+        return False
+
+
 def delta_spark_available(spark: "SparkSession") -> bool:
     """True when delta-spark's JVM classes are on the classpath (the JVM's
     own, or Spark's for ``spark.jars`` / ``--jars``: looked up as Spark
     looks up a class, through the context class loader)."""
-    try:
-        jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j handle, no public API
-        jvm.org.apache.spark.util.Utils.classForName(DELTA_CLASS, False, False)
-        return True
-    except Exception:  # py4j raises Py4JJavaError (ClassNotFoundException)
-        return False
+    return _loadable(spark.sparkContext._jvm, DELTA_CLASS)  # noqa: SLF001 - py4j handle, no public API

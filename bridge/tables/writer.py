@@ -4,21 +4,54 @@ Called once per micro-batch on the driver with the batch's parsed frames as
 Arrow. Each table write carries the application transaction (``app_id`` =
 the streaming query's id, ``version`` = the batch id) and is skipped when the
 table already committed it, so a batch Spark re-runs after a crash (tables
-committed, checkpoint not) writes nothing twice and leaves no gap.
+committed, checkpoint not) writes nothing twice and leaves no gap. A write
+that fails because another writer committed the same batch at the same
+moment (a second job on this checkpoint) is one line (:func:`once`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import pyarrow as pa
 
 from bridge.failpoints import failpoint
-from bridge.tables.engine import TableEngine
+from bridge.tables.engine import TableEngine, one_line
 from bridge.tables.retained_rule import retained_changes
 from bridge.tables.rows import split_batch, unforwardable_rows
 
-__all__ = ["TableStats", "rule_counts", "write_tables", "write_unforwardable"]
+T = TypeVar("T")
+
+__all__ = ["ConcurrentJobError", "TableStats", "once", "rule_counts", "write_tables", "write_unforwardable"]
+
+
+class ConcurrentJobError(RuntimeError):
+    """Another writer committed the batch this one was committing, under the
+    same application transaction: a second job on the same checkpoint."""
+
+
+def once(engine: TableEngine, table: str, app_id: str, version: int, write: Callable[[], T]) -> T:
+    """``write()`` (one table write of batch ``version`` under ``app_id``);
+    when it fails and ``table`` now has that batch under the same
+    application transaction, another writer committed it at the same moment
+    (Delta refused this commit: delta-rs ``CommitFailedError ... Concurrent
+    transaction failed``, delta-spark ``ConcurrentTransactionException``):
+    :class:`ConcurrentJobError`, one line. Any other failure is raised as it was."""
+    try:
+        return write()
+    except Exception as exc:
+        try:
+            last = engine.committed_version(table, app_id)
+        except Exception:  # noqa: BLE001 - the table cannot say: the original error stands
+            last = None
+        if last is None or last < version:
+            raise
+        words = next((ln.strip() for ln in str(exc).splitlines() if "oncurrent" in ln), one_line(exc))
+        raise ConcurrentJobError(
+            f"{table}: another writer committed batch {version} of {app_id} at the same moment (Delta: "
+            f"{words[:120]}): a second job runs on this checkpoint (the same data_dir and job.query_name); run "
+            "one job per checkpoint. This one stops; nothing was written twice") from exc
 
 
 @dataclass(frozen=True)
@@ -46,11 +79,12 @@ def write_tables(engine: TableEngine, frames: pa.Table, app_id: str, batch_id: i
     offsets the new version reflects, ``bridge.tables.coverage``)."""
     rows = split_batch(frames)
     skipped = []
-    if not engine.append("messages", rows.messages, app_id, batch_id):
-        skipped.append("messages")
-    if not engine.append("quarantine", rows.quarantine, app_id, batch_id):
-        skipped.append("quarantine")
-    merged = engine.merge_retained(retained_changes(rows.messages), app_id, batch_id, coverage)
+    for table, part in (("messages", rows.messages), ("quarantine", rows.quarantine)):
+        if not once(engine, table, app_id, batch_id, lambda: engine.append(table, part, app_id, batch_id)):
+            skipped.append(table)
+    changes = retained_changes(rows.messages)
+    merged = once(engine, "retained", app_id, batch_id,
+                  lambda: engine.merge_retained(changes, app_id, batch_id, coverage))
     if merged.skipped:
         skipped.append("retained")
     failpoint("after-tables-commit", batch_id)
@@ -70,5 +104,6 @@ def write_unforwardable(engine: TableEngine, frames: pa.Table, failures, app_id:
     version = batch id; a re-run batch writes them once). Returns how many."""
     rows = unforwardable_rows(frames, failures)
     if rows.num_rows:
-        engine.append("quarantine", rows, f"{app_id}/unforwardable", batch_id)
+        app = f"{app_id}/unforwardable"
+        once(engine, "quarantine", app, batch_id, lambda: engine.append("quarantine", rows, app, batch_id))
     return rows.num_rows

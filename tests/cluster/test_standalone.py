@@ -7,14 +7,25 @@ no lakegate): the workers of a real cluster. The job runs under
 ``PYSPARK_PYTHON``: the entry point must name the executors' Python itself
 (before, the first batch failed on the executors with ``ModuleNotFoundError:
 No module named 'pyarrow'``). A running edge takes a bounded QoS 1 load; one
-worker is SIGKILLed mid-load. Then every acknowledged message is in
-``messages`` exactly once and reached RabbitMQ (forwarding is at least once:
-repeats are allowed there, losses are not).
+worker is SIGKILLed while a batch of it runs. Then every acknowledged
+message is in ``messages`` exactly once and reached RabbitMQ (forwarding is
+at least once: repeats are allowed there, losses are not).
+
+``conf/spark-defaults.conf`` puts delta-spark's jars (``.jvm/lib/delta``,
+``scripts/bootstrap``) on the driver's and the executors' classpath, so
+``tables.engine = "auto"`` on a cluster master writes with delta-spark: the
+executors write the files, the driver commits. The test checks that it did
+(every commit's ``engineInfo`` names Delta-Lake 4.4.0) and that exactly once
+holds by Delta's own transaction identifiers: every write commit of the job
+carries one ``txn`` action, its app id the query's (``lakegate:<query id>``
+from the checkpoint's metadata) and its version a batch id of the
+checkpoint, and no (app id, version) is committed twice to a table.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -109,6 +120,63 @@ def _forwarded(consumer: Consumer) -> collections.Counter:
                                    if m.subject == "publish")
 
 
+#: what the job commits besides its batches' writes (each write commit carries a txn action)
+NOT_BATCH_WRITES = {"CREATE TABLE"}
+
+
+def _commits(table_dir: Path) -> list[tuple[int, list[dict]]]:
+    """(version, actions) of every commit of a Delta table, oldest first."""
+    out = []
+    for path in sorted((table_dir / "_delta_log").glob("[0-9]*.json")):
+        out.append((int(path.stem), [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]))
+    return out
+
+
+def _check_delta_spark_exactly_once(data_dir: Path) -> dict[str, list[tuple[int, str, int, str]]]:
+    """delta-spark wrote every table, and every write commit carries one txn
+    action of the job's query with a batch id of its checkpoint, none
+    twice (module doc); per table its write commits (table version,
+    operation, txn version, rows written)."""
+    checkpoint = data_dir / "checkpoints" / "lakegate"
+    app = "lakegate:" + json.loads((checkpoint / "metadata").read_text())["id"]
+    batches = {int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()}
+    writes = {}
+    for table in ("messages", "quarantine", "retained"):
+        commits = _commits(data_dir / "tables" / table)
+        assert commits, f"{table}: no commits"
+        seen: dict[tuple[str, int], int] = {}
+        for version, actions in commits:
+            (info,) = [a["commitInfo"] for a in actions if "commitInfo" in a]
+            assert "Delta-Lake/4.4.0" in info.get("engineInfo", ""), f"{table} v{version}: not delta-spark: {info}"
+            txns = [a["txn"] for a in actions if "txn" in a]
+            if info["operation"] in NOT_BATCH_WRITES:
+                assert not txns, f"{table} v{version}: {info['operation']} with {txns}"
+                continue
+            assert len(txns) == 1, f"{table} v{version} ({info['operation']}): txn actions {txns}"
+            key = (txns[0]["appId"], txns[0]["version"])
+            assert key[0] in (app, f"{app}/unforwardable"), f"{table} v{version}: app id {key[0]}, the query's is {app}"
+            assert key[1] in batches, f"{table} v{version}: txn version {key[1]} is no batch of {sorted(batches)}"
+            assert key not in seen, f"{table}: {key} committed twice, in v{seen[key]} and v{version}"
+            seen[key] = version
+            writes.setdefault(table, []).append((version, info["operation"], key[1],
+                                                 info.get("operationMetrics", {}).get("numOutputRows", "?")))
+        assert any(k[0] == app for k in seen), f"{table}: no write of the job's batches"
+    return writes
+
+
+def _batch_in_flight(data_dir: Path, after: int) -> int | None:
+    """The id of a batch after ``after`` that the job has started (its offsets
+    written) and not finished (no commit yet), else None."""
+    checkpoint = data_dir / "checkpoints" / "lakegate"
+    try:
+        started = {int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()}
+        done = {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
+    except FileNotFoundError:
+        return None
+    running = sorted(b for b in started - done if b > after)
+    return running[0] if running else None
+
+
 def _tail(path: Path, n: int = 4000) -> str:
     try:
         return path.read_text(errors="replace")[-n:]
@@ -180,31 +248,34 @@ def test_spark_submit_on_a_standalone_cluster_survives_a_killed_worker(
                 return cond()
             return check
 
-        wait_for(job_alive_and(lambda: sum(_messages(tmp_path, prefix).values()) >= WARMUP), timeout=180,
+        # the job's start (three tables created by delta-spark) and its first batches: minutes on 2 busy cores
+        wait_for(job_alive_and(lambda: sum(_messages(tmp_path, prefix).values()) >= WARMUP), timeout=420,
                  what="the warm-up messages in the messages table", poll=0.5)
 
         def load(i: int) -> None:
             for start in range(0, PER_CLIENT, CHUNK):
                 if start >= PER_CLIENT // 2 and not killed.is_set():
-                    killed.wait(120)  # the second half goes after the kill, whatever the job's speed
+                    killed.wait(300)  # the second half goes after the kill, whatever the job's speed
                 publish(clients[i], i, range(start, start + CHUNK))
                 time.sleep(0.5)  # pacing: about 200 msg/s over four clients
 
         threads = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(CLIENTS)]
         for t in threads:
             t.start()
-        # kill a worker once the job has written part of the load (it is processing the rest)
-        wait_for(job_alive_and(lambda: sum(_messages(tmp_path, prefix).values()) >= WARMUP + CHUNK * CLIENTS),
-                 timeout=120, what="part of the load in the messages table", poll=0.25)
+        # kill a worker while a batch of the load runs (its offsets written, its commit not yet): with
+        # delta-spark that is mostly the executors writing the batch's files
+        in_flight = wait_for(job_alive_and(lambda: _batch_in_flight(tmp_path, after=0)), timeout=420,
+                             what="a batch of the load in flight", poll=0.1)
         os.kill(_pid(state, "worker-1"), signal.SIGKILL)
         killed.set()
+        print(f"worker-1 SIGKILLed while batch {in_flight} ran")
         for t in threads:
             t.join(180)
             assert not t.is_alive(), "a publisher did not finish"
         assert len(acked) == WARMUP + CLIENTS * PER_CLIENT, f"only {len(acked)} messages acknowledged"
 
         want = set(acked)
-        wait_for(job_alive_and(lambda: want <= set(_messages(tmp_path, prefix))), timeout=180,
+        wait_for(job_alive_and(lambda: want <= set(_messages(tmp_path, prefix))), timeout=420,
                  what="every acknowledged message in the messages table", poll=0.5)
         wait_for(lambda: want <= set(_forwarded(consumer)), timeout=120, what="every message forwarded to RabbitMQ",
                  poll=0.2)
@@ -215,6 +286,11 @@ def test_spark_submit_on_a_standalone_cluster_survives_a_killed_worker(
         assert job.poll() is None, f"the job ended:\n{_tail(log)}"
         # the kill took an executor the job was using, and the job went on with the other one
         assert "Lost executor" in _tail(log, 1_000_000), _tail(log)
+        lost = [ln for ln in _tail(log, 1_000_000).splitlines() if "Lost task" in ln]
+        print(f"tasks lost with the worker and run again: {len(lost)}{': ' + lost[0][:300] if lost else ''}")
+        writes = _check_delta_spark_exactly_once(tmp_path)
+        print("delta-spark write commits, each with one txn action (table version, operation, batch id, rows): "
+              f"{writes}")
     finally:
         for c in clients:
             c.loop_stop()
