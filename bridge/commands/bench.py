@@ -43,6 +43,8 @@ BENCHES: dict[str, tuple[str, str]] = {
                                         "scenarios (slow readers, retained flood, subscription and "
                                         "connection floods, churn, SIGKILL, fuzz), edge vs Mosquitto, "
                                         "ratio; RSS, liveness and findings per scenario"),
+    "tables": ("bridge.bench.tables", "the job's table step (messages, quarantine, the retained MERGE) through "
+                                      "delta-rs vs delta-spark, side by side: wall, CPU, files written, ratio"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }
