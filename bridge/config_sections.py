@@ -314,6 +314,13 @@ class SqlConfig:
     connect_port: int = 15002
     #: Token a client must present (``sc://host:port/;token=...``); empty: none.
     connect_token: str = ""
+    #: With delta-spark: whether SQL may run ``OPTIMIZE``, ``REORG TABLE`` and
+    #: ``VACUUM`` (the endpoint's clients, ``lakegate sql``); off, they are
+    #: refused in one line (``VACUUM ... DRY RUN`` is not: it deletes
+    #: nothing), and ``lakegate compact`` and the job's schedule do the
+    #: maintenance. Never a ``VACUUM ... RETAIN`` below
+    #: ``tables.vacuum_retention_hours``.
+    allow_maintenance: bool = False
 
 
 @dataclass

@@ -1,9 +1,18 @@
 """``lakegate compact``: expire retained messages, compact small files, vacuum.
 
-The engine is ``tables.engine``'s: ``delta-rs`` needs no JVM; ``delta-spark``
-builds a SparkSession (as ``lakegate sql`` does), and so does ``auto`` under
-spark-submit, where the classpath that decides it is already given (run
-locally, ``auto`` is delta-rs: a local session has no delta-spark jars).
+The engine is ``tables.engine``'s: ``delta-rs`` needs no JVM (its own
+``optimize.compact`` and ``vacuum``); ``delta-spark`` builds a SparkSession
+(as ``lakegate sql`` does) and runs Delta's own OPTIMIZE and VACUUM
+(``DeltaTable.optimize().executeCompaction()``, ``DeltaTable.vacuum``), and
+so does ``auto`` under spark-submit, where the classpath that decides it is
+already given (run locally, ``auto`` is delta-rs, the embedded engine of one
+machine: ``bridge.spark.delta``). On delta-spark too the retention is
+``tables.vacuum_retention_hours``, whose floor is lakegate's (1 hour,
+``bridge.tables.maintenance.MIN_VACUUM_HOURS``), not Delta's 7 days: the
+engine writes through a session of its own with Delta's check off
+(``bridge.spark.deltaspark``). SQL through the endpoint runs OPTIMIZE and
+VACUUM only with ``sql.allow_maintenance`` (``bridge.sqlserve.catalog``);
+this command needs no such switch.
 Errors are one line: bad configuration exit code 2, a failed table
 operation exit code 1; the report goes to stdout.
 """

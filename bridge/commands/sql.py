@@ -1,5 +1,13 @@
 """``lakegate sql "SELECT ..."``: Spark SQL over messages, retained, quarantine.
 
+With delta-spark (at the endpoint, or in the local session) the query runs
+against the tables as Delta tables in the catalog
+(:mod:`bridge.sqlserve.catalog`): ``DESCRIBE HISTORY``, ``VERSION AS OF``,
+``TIMESTAMP AS OF`` work, ``OPTIMIZE`` / ``VACUUM`` where
+``sql.allow_maintenance`` allows them. Without it, or with ``--as-of``, the
+names the query mentions are temporary views read through delta-rs
+(:func:`bridge.tables.views.register_views`).
+
 ``--as-of VERSION|TIMESTAMP`` time-travels every view the query names;
 ``--format table|csv|json`` (json: one JSON array of row objects; binary
 columns as base64, as Spark's to_json does; timestamps ISO 8601).
@@ -23,7 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", help="a Spark SQL query over the views messages, retained, retained_all, quarantine")
+    p.add_argument("query", help="a Spark SQL query over messages, retained, retained_all, retained_versions, "
+                                 "quarantine (with delta-spark: DESCRIBE HISTORY, VERSION AS OF too)")
     p.add_argument("--as-of", metavar="VERSION|TIMESTAMP", help="read the tables at a Delta version or an ISO timestamp")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--limit", type=int, default=None, help="at most this many rows (default: all)")
@@ -95,13 +104,47 @@ def _spark_message(exc: BaseException) -> str:
     from bridge.tables.engine import one_line
 
     msg = one_line(exc)
-    return msg.split("; line ")[0] if "SQLSTATE" in msg else msg
+    msg = msg.split("; line ")[0] if "SQLSTATE" in msg else msg
+    if "EXPECT_TABLE_NOT_VIEW" in msg and "`retained`" in msg:
+        msg += " (retained is the current rows of the table retained_all: name retained_all)"
+    return msg
+
+
+def _catalog(spark, config: Config, query: str, remote: bool, as_of) -> tuple[object, bool]:
+    """(the session to query, whether the catalog's Delta tables answer it):
+    through an endpoint that serves them, as they are; in a local session with
+    delta-spark, created here for the names the query mentions, in a new session
+    of that Spark that the maintenance guard checks (the first one's state was
+    made before the guard). ``--as-of`` keeps to the temporary views."""
+    from bridge.sqlserve import catalog
+
+    if remote:
+        return spark, as_of is None and catalog.serves_delta(spark)
+    from bridge.spark.session import delta_spark_available
+
+    if not delta_spark_available(spark):
+        return spark, False
+    catalog.install_guard(spark, config)
+    spark = spark.newSession()
+    if spark.sparkContext.master.startswith("local"):
+        for key, value in catalog.local_conf().items():
+            spark.conf.set(key, value)
+    if as_of is not None:
+        return spark, False
+    from bridge.sqlserve.match_sql import create_function_sql
+    from bridge.tables.views import views_in_query
+
+    catalog.install(spark, config, views_in_query(query))
+    if "mqtt_match" in query.lower():
+        spark.sql(create_function_sql(temporary=True))
+    return spark, True
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from bridge.cli import UsageError
     from bridge.sqlserve.client import endpoint_gone, one_line_error, open_session
     from bridge.spark.delta import failure_line, make_engine
+    from bridge.tables.deltars import DeltaRsEngine
     from bridge.tables.engine import AsOfError
     from bridge.tables.views import register_views, views_in_query
 
@@ -115,11 +158,16 @@ def run(args: argparse.Namespace, config: Config) -> int:
     try:
         from pyspark.errors import PySparkException
 
-        engine = make_engine(config, spark)
-        # the endpoint's session: only the views the query names (each costs a round trip)
-        wanted = views_in_query(args.query) if (as_of is not None or remote) else None
+        # through the endpoint the engine only reads the tables' files and versions: delta-rs, which
+        # reads any Delta table (a Connect session has no JVM in this process for delta-spark)
+        engine = DeltaRsEngine(config.tables_dir) if remote else make_engine(config, spark)
         try:
-            register_views(spark, engine, as_of=as_of, views=wanted)
+            engine.ensure()
+            spark, in_catalog = _catalog(spark, config, args.query, remote, as_of)
+            if not in_catalog:
+                # the endpoint's session: only the views the query names (each costs a round trip)
+                wanted = views_in_query(args.query) if (as_of is not None or remote) else None
+                register_views(spark, engine, as_of=as_of, views=wanted)
         except AsOfError as exc:
             raise UsageError(str(exc)) from None
         except Exception as exc:  # an unreadable table: one line, exit 1 (details with log_level=DEBUG)

@@ -61,8 +61,7 @@ def make_engine(config: "Config", spark: "SparkSession | None" = None) -> TableE
     """The engine ``tables.engine`` asks for (module doc)."""
     choice = config.tables.engine
     if choice == "auto":
-        cluster = spark is not None and not spark.sparkContext.master.startswith("local")
-        choice = "delta-spark" if cluster and delta_spark_available(spark) else "delta-rs"
+        choice = "delta-spark" if _on_a_cluster(spark) and delta_spark_available(spark) else "delta-rs"
     if choice != "delta-spark" or spark is None:
         engine = make_engine_without_spark(config)  # delta-rs (or the error of delta-spark without a session)
     else:
@@ -71,6 +70,17 @@ def make_engine(config: "Config", spark: "SparkSession | None" = None) -> TableE
         engine = DeltaSparkEngine(config.tables_dir, spark)
         log.info("tables: engine=%s dir=%s", engine.name, config.tables_dir)
     return engine
+
+
+def _on_a_cluster(spark: "SparkSession | None") -> bool:
+    """The session's master is a cluster's (not ``local[...]``); False for a
+    Spark Connect client session, which has no SparkContext to ask."""
+    if spark is None:
+        return False
+    try:
+        return not spark.sparkContext.master.startswith("local")
+    except Exception:  # noqa: BLE001 - Spark Connect: no sparkContext (PySparkNotImplementedError)
+        return False
 
 
 def failure_line(engine: TableEngine, exc: BaseException) -> str:

@@ -4,8 +4,10 @@
 running ``lakegate run`` / ``lakegate process`` (``sql.connect_*``), or,
 when none answers, a local Spark session, after one line on stderr saying
 so. Either way the caller registers the views with
-:func:`bridge.tables.views.register_views`: on a Connect session they are
-the session's own temporary views, read at the tables' latest version (or
+:func:`bridge.tables.views.register_views` (``lakegate sql`` does not where
+the session's catalog has the tables as Delta tables:
+:mod:`bridge.sqlserve.catalog`): on a Connect session they are the
+session's own temporary views, read at the tables' latest version (or
 ``as_of``) when the client registers them, so a query sees every batch
 committed before it started.
 

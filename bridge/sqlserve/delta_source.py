@@ -1,11 +1,12 @@
 """``lakegate_table``: a batch Python data source over one Delta table, read
 with delta-rs at its latest version when a query is planned.
 
-The endpoint's catalog tables (``messages``, ``retained_all``,
-``quarantine``, ``retained_versions``; the view ``retained`` over
-``retained_all``) use it, so that every Spark Connect session (a BI tool
-without lakegate's code included) reads each query at the tables' newest
-version: the planner opens the table once (one snapshot for the whole
+Without delta-spark's jars (with them the endpoint serves the Delta tables
+themselves: :mod:`bridge.sqlserve.catalog`) the endpoint's catalog tables
+(``messages``, ``retained_all``, ``quarantine``, ``retained_versions``; the
+view ``retained`` over ``retained_all``) use it, so that every Spark Connect
+session (a BI tool without lakegate's code included) reads each query at the
+tables' newest version: the planner opens the table once (one snapshot for the whole
 query), one partition per data file, each read with pyarrow on a Python
 worker; partition values come from the Delta log, not from paths. A table
 with deletion vectors is read through delta-rs as one partition.

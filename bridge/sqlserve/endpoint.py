@@ -8,15 +8,24 @@ sql.connect_port``; :func:`check_port` says, before the JVM starts, when
 that port is taken (ConfigError; Spark would fail the whole session with a BindException
 stack). :func:`install` puts into the catalog every Connect session shares
 what a client without lakegate's code needs: the SQL function
-``mqtt_match`` (:mod:`bridge.sqlserve.match_sql`), the tables ``messages``,
-``retained_all``, ``quarantine``, ``retained_versions`` (Python data sources
-that read the newest Delta version when a query is planned,
-:mod:`bridge.sqlserve.delta_source`) and the view ``retained``.
+``mqtt_match`` (:mod:`bridge.sqlserve.match_sql`) and the tables:
 
-``lakegate sql`` and the notebooks (:mod:`bridge.sqlserve.client`) register
-their own temporary views over the same tables in their session instead, at
-the tables' latest version (or ``as_of``) when they connect: Spark's Parquet
-reader with column pruning, faster on big tables.
+* with delta-spark on the classpath (the jars ``scripts/bootstrap``
+  resolves): ``messages``, ``retained_all``, ``quarantine`` as external
+  Delta tables at the tables' paths, the views ``retained`` and
+  ``retained_versions`` (:mod:`bridge.sqlserve.catalog`), so that ``DESCRIBE
+  HISTORY``, ``VERSION AS OF`` and ``TIMESTAMP AS OF`` work, and
+  ``OPTIMIZE`` / ``VACUUM`` where ``sql.allow_maintenance`` allows them
+  (:func:`bridge.sqlserve.catalog.install_guard`);
+* without: ``messages``, ``retained_all``, ``quarantine``,
+  ``retained_versions`` as Python data sources that read the newest Delta
+  version when a query is planned (:mod:`bridge.sqlserve.delta_source`),
+  and the view ``retained``.
+
+``lakegate sql`` and the notebooks (:mod:`bridge.sqlserve.client`) use the
+Delta catalog as it is; without it (or with ``--as-of``) they register their
+own temporary views over the same tables in their session, at the tables'
+latest version (or ``as_of``).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from bridge.config import Config, ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PLUGIN", "check_port", "client_host", "export_tables_dir", "install", "install_in_background",
+__all__ = ["PLUGIN", "check_port", "client_host", "export_tables_dir", "guard", "install", "install_in_background",
            "spark_conf", "url"]
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,12 @@ def spark_conf(config: Config) -> dict[str, str]:
     }
     if config.sql.connect_token:
         conf["spark.connect.authenticate.token"] = config.sql.connect_token
+    from bridge.spark.session import under_spark_submit
+
+    if config.spark.master.startswith("local") and not under_spark_submit():
+        from bridge.sqlserve.catalog import local_conf
+
+        conf.update(local_conf())  # in every Connect session's SQL settings (they start from the SparkConf)
     return conf
 
 
@@ -99,15 +114,55 @@ def check_port(config: Config) -> None:
 
 
 def install(spark: "SparkSession", config: Config) -> None:
-    """Catalog objects every Connect session sees (the SQL function ``mqtt_match``)."""
+    """Catalog objects every Connect session sees (module doc)."""
     if not config.sql.connect_port:
         return
+    from bridge.spark.session import delta_spark_available
+    from bridge.sqlserve import catalog
     from bridge.sqlserve.match_sql import create_function_sql
 
     spark.sql(create_function_sql())
-    _delta_views(spark, config)
-    log.info("sql: Spark Connect endpoint on %s (lakegate sql, notebooks, any Spark Connect client)",
-             url(config).split("/;")[0])
+    if delta_spark_available(spark):
+        guard(spark, config)  # installed already by install_in_background; here for a direct call
+        if not all(catalog.is_delta_table(config.tables_dir / d) for d in catalog.DELTA_TABLES.values()):
+            # not made yet (the job makes them before its query starts; the class archive's
+            # training run installs first): empty, as lakegate sql makes them, so that every
+            # name is there; the job's writer finds them
+            from bridge.tables.deltars import DeltaRsEngine
+
+            DeltaRsEngine(config.tables_dir).ensure()
+        made = catalog.install(spark, config)
+        missing = [n for n in catalog.NAMES if n not in made]
+        if missing:
+            log.warning("sql: %s not in the catalog: no Delta table under %s yet", ", ".join(missing),
+                        config.tables_dir)
+        how = "Delta tables"
+    else:
+        _lakegate_tables(spark, config)
+        how = "Python data sources over delta-rs: no delta-spark"
+    log.info("sql: Spark Connect endpoint on %s (lakegate sql, notebooks, any Spark Connect client; %s)",
+             url(config).split("/;")[0], how)
+
+
+def guard(spark: "SparkSession", config: Config) -> None:
+    """The maintenance guard (:func:`bridge.sqlserve.catalog.install_guard`) when the
+    endpoint is on and delta-spark is there. It checks every Connect session whose
+    first query comes after it (a session's rules are fixed then): the earlier the
+    better; :func:`install_in_background` calls it at once, before the catalog
+    objects. A failure is one ERROR line (OPTIMIZE and VACUUM through SQL are then
+    not refused)."""
+    if not config.sql.connect_port:
+        return
+    from bridge.spark.session import delta_spark_available
+    from bridge.sqlserve import catalog
+    from bridge.tables.engine import one_line
+
+    try:
+        if delta_spark_available(spark):
+            catalog.install_guard(spark, config)
+    except Exception as exc:  # noqa: BLE001 - the endpoint serves on; said once
+        log.error("sql: the check that refuses OPTIMIZE and VACUUM through SQL (sql.allow_maintenance) could not "
+                  "be installed: %s", one_line(exc)[:300])
 
 
 def install_in_background(spark: "SparkSession", config: Config,
@@ -119,6 +174,7 @@ def install_in_background(spark: "SparkSession", config: Config,
     which makes it a DEBUG line."""
     if not config.sql.connect_port:
         return None
+    guard(spark, config)  # at once (milliseconds): the Connect sessions made from now on are checked
 
     def create() -> None:
         from bridge.tables.engine import one_line
@@ -138,32 +194,10 @@ def install_in_background(spark: "SparkSession", config: Config,
     return thread
 
 
-#: permanent views over the Delta tables by path, when delta-spark's classes are on the classpath
-DELTA_VIEWS = {
-    "messages": "SELECT * FROM delta.`{messages}`",
-    "retained_all": "SELECT * FROM delta.`{retained}`",
-    "retained": ("SELECT * EXCEPT (deleted) FROM delta.`{retained}` WHERE NOT deleted "
-                 "AND (expires_at IS NULL OR expires_at > current_timestamp())"),
-    "quarantine": "SELECT * FROM delta.`{quarantine}`",
-}
+def _retained_view() -> str:
+    from bridge.sqlserve.catalog import RETAINED_CURRENT
 
-
-def _delta_views(spark: "SparkSession", config: Config) -> None:
-    """Permanent views every Connect session sees (a BI tool included), each reading its
-    table's latest version when a query starts: over ``delta.`path``` with delta-spark, else
-    over catalog tables of the ``lakegate_table`` data source (:func:`_lakegate_tables`)."""
-    from bridge.spark.session import delta_spark_available
-
-    if not delta_spark_available(spark):
-        _lakegate_tables(spark, config)
-        return
-    paths = {t: str(config.tables_dir / t).replace("`", "``") for t in ("messages", "retained", "quarantine")}
-    for name, body in DELTA_VIEWS.items():
-        spark.sql(f"CREATE OR REPLACE VIEW default.{name} AS {body.format(**paths)}")
-
-
-RETAINED_VIEW = ("SELECT * EXCEPT (deleted) FROM default.retained_all WHERE NOT deleted "
-                 "AND (expires_at IS NULL OR expires_at > current_timestamp())")
+    return f"SELECT * EXCEPT (deleted) FROM default.retained_all WHERE {RETAINED_CURRENT}"
 
 
 def _lakegate_tables(spark: "SparkSession", config: Config) -> None:
@@ -175,4 +209,4 @@ def _lakegate_tables(spark: "SparkSession", config: Config) -> None:
     for name in FIXED:
         spark.sql(f"DROP TABLE IF EXISTS default.{name}")
         spark.sql(f"CREATE TABLE default.{name} USING lakegate_{name}")
-    spark.sql(f"CREATE OR REPLACE VIEW default.retained AS {RETAINED_VIEW}")
+    spark.sql(f"CREATE OR REPLACE VIEW default.retained AS {_retained_view()}")

@@ -18,7 +18,11 @@
   ``filter`` would receive a message on ``topic`` (``+``, ``#``, and no
   wildcard-first match of ``$`` topics); NULL for an ill-formed filter.
 
-Notebooks and spark-submit users call the same function as ``lakegate sql``.
+Notebooks and spark-submit users call the same function as ``lakegate sql``
+does without delta-spark or with ``--as-of``; with delta-spark, ``lakegate
+sql`` and the SQL endpoint have the same names in the session's catalog, the
+tables as Delta tables (``bridge.sqlserve.catalog``, which keeps
+``retained``'s filter the same as here).
 """
 
 from __future__ import annotations

@@ -1,96 +1,52 @@
 """The Spark Connect endpoint of a real ``lakegate run`` (bridge.sqlserve):
 queries through it see batches committed after it started, time-travel,
-fail in one line; a generic Spark Connect client sees mqtt_match; with the
+fail in one line; a generic Spark Connect client sees mqtt_match; with
+delta-spark the tables are Delta tables in its catalog (DESCRIBE HISTORY,
+VERSION AS OF, TIMESTAMP AS OF over the tables delta-rs writes; OPTIMIZE and
+VACUUM refused: sql.allow_maintenance is off by default); with the
 endpoint off ``lakegate sql`` says so and uses a local session; a taken
-port stops ``lakegate run`` in one line."""
+port stops ``lakegate run`` in one line.
+
+One run for the module (the default configuration); test_endpoint_allowing.py
+has one with sql.allow_maintenance on, test_endpoint_without_delta.py one
+without delta-spark's jars."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from bridge.bench.e2e_procs import Lakegate
 from bridge.config import load_config
-from bridge.sqlserve.client import endpoint_answers, endpoint_gone, one_line_error
-from tests.amqp.peer import free_port as _free_port
+from bridge.sqlserve.client import endpoint_gone, one_line_error
+from tests.amqp.peer import free_port
+from tests.sqlserve.endpoints import (FALLBACK, ROOT, commit_time, generic_client, lakegate_sql, publish,
+                                      retained_topics, retained_version, start_run)
 from tests.waiting import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-FALLBACK = "starting a local Spark session"
-
-
-def _sql(data: Path, port: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LAKEGATE_SQL_CONNECT_PORT": str(port)}
-    return subprocess.run([sys.executable, "-m", "bridge", "sql", "--set", f"data_dir={data}", "--format", "csv",
-                           *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def _publish_retained(port: int, topic: str, payload: bytes) -> None:
-    import paho.mqtt.client as mqtt
-
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"sqltest-{topic}", protocol=mqtt.MQTTv311)
-    c.connect("127.0.0.1", port)
-    c.loop_start()
-    try:
-        c.publish(topic, payload, qos=1, retain=True).wait_for_publish(30)
-    finally:
-        c.loop_stop()
-        c.disconnect()
-
-
-def _retained_topics(data: Path) -> set[str]:
-    """The topics in the retained table now, read with deltalake (not the endpoint)."""
-    from deltalake import DeltaTable
-
-    try:
-        return set(DeltaTable(str(data / "tables" / "retained")).to_pyarrow_table(columns=["topic"])
-                   .column("topic").to_pylist())
-    except Exception:  # not created yet
-        return set()
-
-
-def _retained_version(data: Path) -> int:
-    from deltalake import DeltaTable
-
-    try:
-        return DeltaTable(str(data / "tables" / "retained")).version()
-    except Exception:  # not created yet
-        return -1
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sqlserve")
-    port = _free_port()
-    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp / "data", tmp / "run.log")
-    lg.start(["amqp.url=", f"sql.connect_port={port}"], timeout=120)
-    cfg = load_config(None, [f"data_dir={tmp / 'data'}", f"sql.connect_port={port}"], env={})
+    lg, data, port = start_run(tmp_path_factory.mktemp("sqlserve"))
     try:
-        assert wait_for(lambda: endpoint_answers(cfg), timeout=120), lg.tail()
-        assert wait_for(lambda: _retained_version(tmp / "data") >= 1, timeout=120), lg.tail()  # first batch
-        # the catalog objects other Connect clients see come after the query started, on a thread
-        assert wait_for(lambda: "sql: Spark Connect endpoint on" in lg.log_text(), timeout=120), lg.tail()
-        yield lg, tmp / "data", port
+        yield lg, data, port
     finally:
         lg.stop()
 
 
 def test_a_query_through_the_endpoint_sees_a_batch_committed_after_it_started(run):
     lg, data, port = run
-    before = _sql(data, port, "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/1'")
+    before = lakegate_sql(data, port, "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/1'")
     assert before.returncode == 0, before.stderr
     assert FALLBACK not in before.stderr and before.stdout.split() == ["n", "0"]
-    _publish_retained(lg.port, "sql/dev/1", b"on")
+    publish(lg.port, "sql/dev/1", b"on")
     # committed: in the table as deltalake reads it (a newer version alone
     # may be a batch formed before the publish arrived, seen under load)
-    assert wait_for(lambda: "sql/dev/1" in _retained_topics(data), timeout=60), lg.tail()
-    after = _sql(data, port, "SELECT topic, payload_size, mqtt_match('sql/+/1', topic) AS m FROM retained "
-                             "WHERE topic = 'sql/dev/1'")
+    assert wait_for(lambda: "sql/dev/1" in retained_topics(data), timeout=60), lg.tail()
+    after = lakegate_sql(data, port, "SELECT topic, payload_size, mqtt_match('sql/+/1', topic) AS m FROM retained "
+                                     "WHERE topic = 'sql/dev/1'")
     assert after.returncode == 0, after.stderr
     assert FALLBACK not in after.stderr
     assert after.stdout.split() == ["topic,payload_size,m", "sql/dev/1,2,True"]
@@ -98,73 +54,107 @@ def test_a_query_through_the_endpoint_sees_a_batch_committed_after_it_started(ru
 
 def test_time_travel_through_the_endpoint(run):
     lg, data, port = run
-    _publish_retained(lg.port, "sql/dev/tt", b"x")
-    assert wait_for(lambda: _sql(data, port, "SELECT count(*) FROM retained WHERE topic = 'sql/dev/tt'")
+    publish(lg.port, "sql/dev/tt", b"x")
+    assert wait_for(lambda: lakegate_sql(data, port, "SELECT count(*) FROM retained WHERE topic = 'sql/dev/tt'")
                     .stdout.split()[-1:] == ["1"], timeout=60), lg.tail()
-    old = _sql(data, port, "--as-of", "1", "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/tt'")
+    old = lakegate_sql(data, port, "--as-of", "1", "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/tt'")
     assert old.returncode == 0 and FALLBACK not in old.stderr, old.stderr
     assert old.stdout.split() == ["n", "0"]
-    versions = _sql(data, port, "SELECT max(version) AS v FROM retained_versions")
-    assert int(versions.stdout.split()[-1]) == _retained_version(data)
+    versions = lakegate_sql(data, port, "SELECT max(version) AS v FROM retained_versions")
+    assert int(versions.stdout.split()[-1]) == retained_version(data)
 
 
 def test_a_failing_query_through_the_endpoint_is_one_line(run):
     _lg, data, port = run
-    res = _sql(data, port, "SELECT * FROM no_such_view")
+    res = lakegate_sql(data, port, "SELECT * FROM no_such_view")
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "TABLE_OR_VIEW_NOT_FOUND" in lines[0], res.stderr
 
 
-_GENERIC = """
-import sys
-from pyspark.sql import SparkSession
-s = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
-for q in sys.argv[2:]:
-    print("|".join(str(v) for v in s.sql(q).first()), flush=True)
-s.stop()
-"""
-
-
-def _generic_client(port: int, *queries: str) -> list[str]:
-    """A Spark Connect client with no lakegate code in it (what a BI tool sends)."""
-    res = subprocess.run([sys.executable, "-c", _GENERIC, f"sc://127.0.0.1:{port}", *queries],
-                         capture_output=True, text=True, timeout=120, cwd="/")
-    assert res.returncode == 0, res.stderr[-1500:]
-    return res.stdout.split("\n")[:-1]
-
-
 def test_any_spark_connect_client_sees_the_views_at_the_latest_version_and_mqtt_match(run):
     lg, data, port = run
-    assert _generic_client(port, "SELECT mqtt_match('a/+', 'a/b')") == ["True"]
-    before = _generic_client(port, "SELECT count(*) FROM retained WHERE topic = 'sql/generic'")
+    assert generic_client(port, "SELECT mqtt_match('a/+', 'a/b')") == ["True"]
+    before = generic_client(port, "SELECT count(*) FROM retained WHERE topic = 'sql/generic'")
     assert before == ["0"]
-    version = _retained_version(data)
-    _publish_retained(lg.port, "sql/generic", b"abc")
-    assert wait_for(lambda: "sql/generic" in _retained_topics(data), timeout=60), lg.tail()
-    got = _generic_client(port, "SELECT count(*), max(payload_size) FROM retained WHERE topic = 'sql/generic'",
-                          "SELECT count(*) FROM messages WHERE topic = 'sql/generic'",
-                          "SELECT count(*) FROM retained_all WHERE topic = 'sql/generic'",
-                          "SELECT max(version) FROM retained_versions",
-                          "SELECT count(*) FROM quarantine WHERE rule IS NULL")
+    version = retained_version(data)
+    publish(lg.port, "sql/generic", b"abc")
+    assert wait_for(lambda: "sql/generic" in retained_topics(data), timeout=60), lg.tail()
+    got = generic_client(port, "SELECT count(*), max(payload_size) FROM retained WHERE topic = 'sql/generic'",
+                         "SELECT count(*) FROM messages WHERE topic = 'sql/generic'",
+                         "SELECT count(*) FROM retained_all WHERE topic = 'sql/generic'",
+                         "SELECT max(version) FROM retained_versions",
+                         "SELECT count(*) FROM quarantine WHERE rule IS NULL")
     assert got[:3] == ["1|3", "1", "1"]
-    assert int(got[3]) == _retained_version(data)
+    assert int(got[3]) == retained_version(data)
     assert got[4] == "0"
-    # time travel without lakegate's code: the lakegate_table data source, by options
-    old = subprocess.run([sys.executable, "-c", (
-        "import sys\nfrom pyspark.sql import SparkSession\n"
-        f"s = SparkSession.builder.remote('sc://127.0.0.1:{port}').getOrCreate()\n"
-        f"df = s.read.format('lakegate_table').option('delta_dir', {str(data / 'tables' / 'retained')!r})"
-        f".option('table', 'retained').option('version', '{version}').load()\n"
-        "print(df.where(\"topic = 'sql/generic'\").count())\n")], capture_output=True, text=True, timeout=120, cwd="/")
-    assert old.returncode == 0, old.stderr[-1500:]
-    assert old.stdout.split() == ["0"]
+    # time travel without lakegate's code: Delta's own (this run has delta-spark)
+    assert generic_client(port, f"SELECT count(*) FROM retained_all VERSION AS OF {version} "
+                                "WHERE topic = 'sql/generic'") == ["0"]
+
+
+def test_the_tables_delta_rs_writes_are_delta_tables_with_history_and_time_travel(run):
+    """The run writes with delta-rs (its embedded engine); the endpoint's catalog
+    holds them as Delta tables: DESCRIBE HISTORY, VERSION AS OF, TIMESTAMP AS OF."""
+    lg, data, port = run
+    before = retained_version(data)
+    publish(lg.port, "sql/delta", b"d1")
+    assert wait_for(lambda: "sql/delta" in retained_topics(data), timeout=60), lg.tail()
+    newest = retained_version(data)
+    got = generic_client(
+        port, "DESCRIBE HISTORY retained_all",
+        f"SELECT count(*) FROM retained_all VERSION AS OF {before} WHERE topic = 'sql/delta'",
+        f"SELECT count(*) FROM retained_all TIMESTAMP AS OF '{commit_time(data, 'retained', before)}' "
+        "WHERE topic = 'sql/delta'",
+        "SELECT count(*) FROM retained_all WHERE topic = 'sql/delta'",
+        "SELECT count(*) FROM messages VERSION AS OF 0",
+        "DESCRIBE DETAIL messages",
+        "DESCRIBE HISTORY retained")
+    history = got[0].split("|")  # the newest version first
+    assert int(history[0]) >= newest, got[0]
+    assert history[-1].startswith("delta-rs"), got[0]  # engineInfo: written by delta-rs
+    assert got[1:5] == ["0", "0", "1", "0"], got
+    assert got[5].startswith("delta|"), got[5]  # format
+    assert got[6].startswith("ERROR [EXPECT_TABLE_NOT_VIEW"), got[6]  # retained: the current rows, a view
+    # lakegate sql against the same catalog (no views of its own)
+    res = lakegate_sql(data, port, f"SELECT count(*) AS n FROM retained_all VERSION AS OF {before} "
+                                   "WHERE topic = 'sql/delta'")
+    assert res.returncode == 0 and FALLBACK not in res.stderr, res.stderr
+    assert res.stdout.split() == ["n", "0"]
+    res = lakegate_sql(data, port, "DESCRIBE HISTORY messages")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("version,timestamp,"), res.stdout[:200]
+
+
+_OFF = ("through SQL is off: sql.allow_maintenance = false in the configuration of the lakegate process serving "
+        "this SQL (lakegate compact runs OPTIMIZE and VACUUM)")
+
+
+def test_optimize_and_vacuum_through_the_endpoint_are_refused_by_default_in_one_line(run):
+    _lg, data, port = run
+    res = lakegate_sql(data, port, "OPTIMIZE messages")
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert lines == [f"lakegate: sql: OPTIMIZE {_OFF}"], res.stderr
+    path = str(data / "tables" / "messages")
+    got = generic_client(port, "OPTIMIZE retained_all", f"OPTIMIZE delta.`{path}`", "VACUUM messages",
+                         "VACUUM quarantine RETAIN 200 HOURS", "REORG TABLE messages APPLY (PURGE)")
+    assert got == [f"ERROR OPTIMIZE {_OFF}", f"ERROR OPTIMIZE {_OFF}", f"ERROR VACUUM {_OFF}",
+                   f"ERROR VACUUM {_OFF}", f"ERROR REORG TABLE {_OFF}"], got
+    from deltalake import DeltaTable
+
+    ops = {h["operation"] for t in ("messages", "retained", "quarantine")
+           for h in DeltaTable(str(data / "tables" / t)).history()}
+    assert not ops & {"OPTIMIZE", "VACUUM START", "VACUUM END", "REORG"}, ops
 
 
 def test_with_the_endpoint_off_lakegate_sql_says_so_and_answers_from_a_local_session(run, tmp_path):
+    """The local session without delta-spark's jars (LAKEGATE_JVM_DIR empty): its own
+    views through delta-rs (tests/tables/test_sql_command.py has the one with them)."""
     _lg, data, _port = run
-    nobody = _free_port()  # nothing listens here: a run with sql.connect_port=0 serves no endpoint
-    res = _sql(data, nobody, "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/1'", timeout=180)
+    nobody = free_port()  # nothing listens here: a run with sql.connect_port=0 serves no endpoint
+    res = lakegate_sql(data, nobody, "SELECT count(*) AS n FROM retained WHERE topic = 'sql/dev/1'", timeout=180,
+                       env={"LAKEGATE_JVM_DIR": str(tmp_path)})
     assert res.returncode == 0, res.stderr
     said = [ln for ln in res.stderr.splitlines() if FALLBACK in ln]
     assert said == [f"lakegate: no SQL endpoint answers on sc://127.0.0.1:{nobody} (is lakegate run up?); "
@@ -226,41 +216,6 @@ def test_a_notebook_queries_through_the_endpoint(run, tmp_path):
                      for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert f"session sc://127.0.0.1:{port}" in text, text[:2000]
     assert FALLBACK not in text
-
-
-def test_a_client_whose_endpoint_goes_away_gets_an_error_that_says_so_not_a_hang(tmp_path):
-    """The run stops (its Spark session restarts, or it was killed) while a client holds a
-    session: the next query fails within seconds, and the error is told from a query's."""
-    port = _free_port()
-    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp_path / "data", tmp_path / "run.log")
-    lg.start(["amqp.url=", f"sql.connect_port={port}"], timeout=120)
-    cfg = load_config(None, [f"data_dir={tmp_path / 'data'}", f"sql.connect_port={port}"], env={})
-    code = ("import sys, time\n"
-            "from bridge.config import load_config\n"
-            "from bridge.sqlserve.client import open_session, endpoint_gone, one_line_error\n"
-            f"cfg = load_config(None, ['data_dir={tmp_path / 'data'}', 'sql.connect_port={port}'], env={{}})\n"
-            "s = open_session(cfg, 'test').spark\n"
-            "print(s.sql('SELECT 1 AS x').first().x, flush=True)\n"
-            "sys.stdin.readline()\n"
-            "t0 = time.monotonic()\n"
-            "try:\n"
-            "    s.sql('SELECT 2').collect()\n"
-            "    print('answered')\n"
-            "except Exception as exc:\n"
-            "    print(endpoint_gone(exc), round(time.monotonic() - t0, 1), one_line_error(exc), flush=True)\n")
-    try:
-        assert wait_for(lambda: endpoint_answers(cfg), timeout=120), lg.tail()
-        client = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert client.stdout.readline().strip() == "1"
-        lg.kill()
-        out, err = client.communicate("go\n", timeout=60)
-        gone, took, line = out.strip().split(" ", 2)
-        assert gone == "True", (out, err[-500:])
-        assert float(took) < 15
-        assert line.startswith("the endpoint stopped answering"), line
-    finally:
-        lg.stop()
 
 
 def test_a_wildcard_bind_is_dialled_on_loopback_with_the_token():

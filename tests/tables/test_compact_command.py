@@ -91,18 +91,25 @@ def test_a_failing_table_operation_is_one_line_exit_1(data_dir, capsys, monkeypa
 
 @pytest.mark.spark
 def test_compact_with_delta_spark_builds_a_session_and_answers_in_one_line(spark, data_dir, capfd, monkeypatch):
-    """tables.engine = delta-spark used to fail with "needs a SparkSession" as a stack trace."""
+    """tables.engine = delta-spark used to fail with "needs a SparkSession" as a stack trace.
+    With the jars: Delta's own OPTIMIZE, and a VACUUM at the configured retention
+    (1 hour), below Delta's own 7-day floor."""
     from bridge.spark.session import DELTA_CLASS, delta_spark_available
 
     monkeypatch.setattr(spark, "stop", lambda: None)  # the command stops its session; this one is shared
     capfd.readouterr()
-    code = main(["compact", "--set", f"data_dir={data_dir}", "--set", "tables.engine=delta-spark",
+    code = main(["compact", "--json", "--set", f"data_dir={data_dir}", "--set", "tables.engine=delta-spark",
+                 "--set", "tables.vacuum_retention_hours=1",
                  "--set", "spark.master=local[2]", "--set", "spark.shuffle_partitions=2"])
     out = capfd.readouterr()
     assert "Traceback" not in out.err and "needs a SparkSession" not in out.err
     if delta_spark_available(spark):
         assert code == 0, out.err
-        assert out.out.startswith("expired retained: 1; ")
+        report = json.loads(out.out)
+        assert report["engine"] == "delta-spark" and report["expired"] == 1
+        assert report["compacted"]["messages"] == {"files_removed": 5, "files_added": 1}
+        history = DeltaTable(str(data_dir / "tables" / "messages")).history()
+        assert [h["engineInfo"].split("/")[0] for h in history if h["operation"] == "OPTIMIZE"] == ["Apache-Spark"]
     else:
         # Without the jars the engine cannot work; what is checked is that the
         # failure is one line and exit code 1.

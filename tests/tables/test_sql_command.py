@@ -1,4 +1,8 @@
-"""``lakegate sql`` from the command line: bad input is one line, --format json/csv.
+"""``lakegate sql`` from the command line: bad input is one line, --format json/csv;
+with delta-spark (the tests' session has its jars unless .jvm/lib/delta is
+empty: those tests skip, saying so) the tables are Delta tables in the
+session's catalog: DESCRIBE HISTORY, VERSION AS OF, OPTIMIZE as
+``sql.allow_maintenance`` says.
 
 Most tests run the CLI's ``main`` in this process on the tests' Spark session
 (``lakegate sql`` would stop it at the end: ``stop`` is a no-op here) and
@@ -175,3 +179,52 @@ def test_retained_versions_shows_the_capture_offsets_each_version_covers(lakegat
     assert rows[0]["stream"] == "mqtt-frames" and rows[0]["batch"] == 2
     assert rows[0]["capture_offsets"] == {"0": 12, "1": 3}
     assert rows[1]["stream"] is None  # written without coverage
+
+
+@pytest.fixture
+def delta_spark(spark):
+    from bridge.spark.session import DELTA_CLASS, delta_spark_available
+
+    if not delta_spark_available(spark):
+        pytest.skip(f"delta-spark's JVM classes ({DELTA_CLASS}) are not on the classpath: .jvm/lib/delta is empty "
+                    "(scripts/bootstrap resolves it)")
+    return spark
+
+
+def test_with_delta_spark_the_tables_have_history_and_time_travel(delta_spark, lakegate_sql):
+    code, out, err = lakegate_sql("DESCRIBE HISTORY messages", "--format", "json")
+    assert code == 0, err
+    assert [(r["version"], r["operation"]) for r in json.loads(out)] == [(2, "WRITE"), (1, "WRITE"),
+                                                                          (0, "CREATE TABLE")]
+    code, out, err = lakegate_sql("SELECT count(*) AS n FROM messages VERSION AS OF 1", "--format", "json")
+    assert code == 0 and json.loads(out) == [{"n": 2}], err
+    code, out, _ = lakegate_sql("SELECT topic FROM retained_all VERSION AS OF 1 WHERE NOT deleted ORDER BY topic",
+                                "--format", "csv")
+    assert out.split() == ["topic", "a", "c"]
+
+
+def test_history_of_the_retained_view_names_the_table_in_one_line(delta_spark, lakegate_sql):
+    code, out, err = lakegate_sql("DESCRIBE HISTORY retained")
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert line.startswith("lakegate: sql: [EXPECT_TABLE_NOT_VIEW.NO_ALTERNATIVE] ")
+    assert line.endswith("(retained is the current rows of the table retained_all: name retained_all)")
+
+
+def test_optimize_is_refused_in_one_line_unless_the_configuration_allows_it(delta_spark, lakegate_sql, data_dir):
+    from deltalake import DeltaTable
+
+    code, out, err = lakegate_sql("OPTIMIZE messages")
+    assert code == 2 and out == ""
+    assert one_line(err) == ("lakegate: sql: OPTIMIZE through SQL is off: sql.allow_maintenance = false in the "
+                             "configuration of the lakegate process serving this SQL (lakegate compact runs OPTIMIZE "
+                             "and VACUUM)")
+    code, out, err = lakegate_sql("--set", "sql.allow_maintenance=true", "OPTIMIZE messages", "--format", "csv")
+    assert code == 0, err
+    assert out.startswith("path,metrics\n")
+    messages = DeltaTable(str(data_dir / "tables" / "messages"))
+    assert messages.history(1)[0]["operation"] == "OPTIMIZE" and len(messages.file_uris()) == 1
+    code, _, err = lakegate_sql("--set", "sql.allow_maintenance=true", "VACUUM messages RETAIN 1 HOURS")
+    assert code == 2
+    assert one_line(err) == ("lakegate: sql: VACUUM ... RETAIN 1.0 HOURS is below tables.vacuum_retention_hours = "
+                             "168 (readers and time travel may still need those files)")
