@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from bridge.tables.engine import (PARTITION_BY, SCHEMAS, AsOfError, Commit, MergeResult, TableEngine, conform,
-                                   one_line)
-from bridge.tables.retained_rule import SUPERSEDES_SQL
+from bridge.tables.engine import (PARTITION_BY, SCHEMAS, TABLE_PROPERTIES, AsOfError, Commit, MergeResult,
+                                   TableEngine, commits_of, conform, one_line)
+from bridge.tables.retained_rule import SUPERSEDES_SQL, TOMBSTONE_NULLS
 from schemas.spark import to_spark
 from schemas.tables import TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DeltaRsEngine"]
+__all__ = ["DeltaRsEngine", "vacuum_candidates"]
 
 log = logging.getLogger(__name__)
 _COMMIT_RETRIES = 5
@@ -43,6 +44,25 @@ def _local_path(uri: str) -> str:
     return unquote(urlsplit(uri).path) if "://" in uri else unquote(uri)
 
 
+def vacuum_candidates(dtable: DeltaTable, root: Path, retention_hours: int) -> list[Path]:
+    """The files a VACUUM of ``dtable`` (at ``root``) would delete and that are
+    still there: files the current version does not reference, removed (or,
+    for strays a failed write left, written) more than ``retention_hours``
+    ago (``full``: delta-spark's VACUUM takes strays too); the retention is
+    lakegate's own (``run_maintenance`` enforces its minimum), not the table's.
+
+    Both engines vacuum only when this is not empty, and count what it named
+    and is gone after: delta-rs lists a file its log marks removed at every
+    VACUUM until the log forgets it, deleted or not (and commits VACUUM START
+    / END for it each time), delta-spark's VACUUM commits START / END when it
+    deletes nothing; so an idle maintenance commits nothing on either."""
+    listed = dtable.vacuum(retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False, full=True)
+    files = [root / _local_path(f) for f in listed]
+    # not a hidden file: Hadoop's checksum of a data file (.part-....crc, next to
+    # what delta-spark wrote) goes with its file, and is no data file of its own
+    return [f for f in files if not f.name.startswith((".", "_")) and f.exists()]
+
+
 class DeltaRsEngine(TableEngine):
     name = "delta-rs"
 
@@ -52,7 +72,7 @@ class DeltaRsEngine(TableEngine):
             p = self.path(table)
             if not DeltaTable.is_deltatable(str(p)):
                 DeltaTable.create(str(p), schema=SCHEMAS[table], partition_by=PARTITION_BY[table] or None,
-                                  mode="ignore", name=table)
+                                  mode="ignore", name=table, configuration=dict(TABLE_PROPERTIES))
                 log.info("tables: created %s at %s", table, p)
             else:
                 self._add_missing_columns(table)
@@ -209,16 +229,7 @@ class DeltaRsEngine(TableEngine):
         return spark.read.schema(schema).option("basePath", base).parquet(*files).select(*schema.fieldNames())
 
     def commits(self, table: str) -> list[Commit]:
-        dtable = self._table(table)
-        out = {}
-        for h in dtable.history():
-            if h.get("version") is not None and h.get("timestamp") is not None:
-                out[int(h["version"])] = Commit(int(h["version"]),
-                                                dt.datetime.fromtimestamp(h["timestamp"] / 1000, tz=dt.timezone.utc))
-        if not out:  # no commit info (a writer that leaves it out): the current version, at the table's creation
-            created_ms = dtable.metadata().created_time or 0
-            out[dtable.version()] = Commit(dtable.version(), dt.datetime.fromtimestamp(created_ms / 1000, tz=dt.timezone.utc))
-        return [out[v] for v in sorted(out)]
+        return commits_of(self._table(table))
 
     def compact(self) -> dict[str, Any]:
         out = {}
@@ -230,17 +241,18 @@ class DeltaRsEngine(TableEngine):
     def vacuum(self, retention_hours: int) -> dict[str, int]:
         out = {}
         for table in TABLES:
-            removed = self._table(table).vacuum(retention_hours=retention_hours, dry_run=False,
-                                                enforce_retention_duration=False)
-            out[table] = len(removed)
+            dtable = self._table(table)
+            gone = vacuum_candidates(dtable, self.path(table), retention_hours)
+            if gone:  # nothing to delete: no VACUUM commits (vacuum_candidates says why)
+                dtable.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+                              full=True)
+            out[table] = sum(1 for f in gone if not f.exists())
         return out
 
     def expire_retained(self, now_us: int) -> int:
         dtable = self._table("retained")
         now = dt.datetime.fromtimestamp(now_us / 1e6, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-        nulls = {c: "NULL" for c in ("payload", "qos", "payload_format_indicator", "message_expiry_interval",
-                                     "content_type", "response_topic", "correlation_data", "user_properties",
-                                     "set_at", "expires_at")}
+        nulls = {c: "NULL" for c in TOMBSTONE_NULLS}
         metrics = dtable.update(
             predicate=f"NOT deleted AND expires_at IS NOT NULL AND expires_at <= arrow_cast('{now}', 'Timestamp(Microsecond, Some(\"UTC\"))')",
             updates={"deleted": "true", **nulls},

@@ -7,11 +7,16 @@
   used when delta-spark's JVM classes are on the classpath;
   ``spark.read.format("delta")`` and ``MERGE INTO``.
 
-Both give the same semantics: appends and the retained MERGE record the
-writer's application transaction (``app_id``, ``version`` = batch id); a write
-whose batch the table already committed is skipped, so a re-run batch never
-duplicates. The check is made by the writer itself: delta-rs records an app
-transaction but does not refuse a replayed one.
+Both give the same semantics, and a table written by one is read, appended
+to and merged by the other (``tests/tables/test_engines*.py`` run every case
+on both and compare them version by version): appends and the retained MERGE
+record the writer's application transaction (``app_id``, ``version`` = batch
+id); a write whose batch the table already committed is skipped, so a re-run
+batch never duplicates. The check is made by the writer itself: delta-rs
+records an app transaction but does not refuse a replayed one. Every batch
+is one commit on either engine (an empty one still records its
+transaction), so the versions line up; a version's time is its commit info's
+``timestamp`` on both (:func:`commits_of`), the one ``history`` shows.
 """
 
 from __future__ import annotations
@@ -33,12 +38,25 @@ if TYPE_CHECKING:
 
     from bridge.config import Config
 
-__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TableEngine", "VersionRange", "conform",
-           "make_engine",
-           "one_line", "parse_as_of_time", "PARTITION_BY", "SCHEMAS"]
+__all__ = ["AsOf", "AsOfError", "Commit", "MergeResult", "TABLE_PROPERTIES", "TableEngine", "VersionRange",
+           "commits_of", "conform", "make_engine", "one_line", "parse_as_of_time", "PARTITION_BY", "SCHEMAS"]
 
 log = logging.getLogger(__name__)
 
+#: The table properties both engines create every table with. The edge's
+#: retained loader (``bridge/edge/retained/snapshot.py``) and the delta-rs
+#: engine's Spark reads take a version's Parquet files as they are, so no
+#: table may need a reader feature for them: no deletion vectors (a MERGE,
+#: UPDATE or DELETE then rewrites the files it changes instead of marking
+#: rows deleted in a side file) and no column mapping (the files' column
+#: names are the table's). Delta 4.4 turns neither on by itself (a new
+#: table is protocol 1/2, no features), but a session default
+#: (``spark.databricks.delta.properties.defaults.enableDeletionVectors``,
+#: ``...columnMapping.mode``) would: a table property wins over it.
+TABLE_PROPERTIES: dict[str, str] = {
+    "delta.enableDeletionVectors": "false",
+    "delta.columnMapping.mode": "none",
+}
 
 
 class AsOfError(ValueError):
@@ -104,6 +122,24 @@ class VersionRange:
     newest: int
 
 
+def commits_of(dtable: Any) -> list[Commit]:
+    """The versions a ``deltalake.DeltaTable`` can read, oldest first, dated by
+    their commit info's ``timestamp`` (what ``history`` and the
+    ``retained_versions`` view show; delta-spark's own ``DESCRIBE HISTORY``
+    dates a version by its commit file's modification time, a few ms later,
+    and an ``--as-of`` of the time ``retained_versions`` shows would then
+    read the version before)."""
+    out = {}
+    for h in dtable.history():
+        if h.get("version") is not None and h.get("timestamp") is not None:
+            out[int(h["version"])] = Commit(int(h["version"]),
+                                            dt.datetime.fromtimestamp(h["timestamp"] / 1000, tz=dt.timezone.utc))
+    if not out:  # no commit info (a writer that leaves it out): the current version, at the table's creation
+        created_ms = dtable.metadata().created_time or 0
+        out[dtable.version()] = Commit(dtable.version(), dt.datetime.fromtimestamp(created_ms / 1000, tz=dt.timezone.utc))
+    return [out[v] for v in sorted(out)]
+
+
 class TableEngine(abc.ABC):
     """Delta tables under ``tables_dir``: messages, retained, quarantine."""
 
@@ -145,7 +181,14 @@ class TableEngine(abc.ABC):
 
     @abc.abstractmethod
     def dataframe(self, spark: "SparkSession", table: str, as_of: int | str | None = None) -> "DataFrame":
-        """The table (optionally at a version or timestamp) as a Spark DataFrame."""
+        """The table (optionally at a version or timestamp) as a Spark DataFrame;
+        a version that cannot be read is one ``AsOfError`` line."""
+
+    @abc.abstractmethod
+    def arrow(self, table: str, as_of: int | str | None = None) -> pa.Table:
+        """The table (optionally at a version or timestamp) as Arrow in the
+        table's schema, read by this engine (driver memory: for tests, the
+        demo and small tables)."""
 
     @abc.abstractmethod
     def commits(self, table: str) -> list[Commit]:
@@ -185,7 +228,8 @@ class TableEngine(abc.ABC):
 
     @abc.abstractmethod
     def vacuum(self, retention_hours: int) -> dict[str, int]:
-        """Delete files no longer referenced and older than the retention; counts per table."""
+        """Delete files no longer referenced and older than the retention (those
+        a version removed, and strays a failed write left); counts per table."""
 
     @abc.abstractmethod
     def expire_retained(self, now_us: int) -> int:

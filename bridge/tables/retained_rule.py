@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from schemas.ddl import to_arrow
 from schemas.tables import RETAINED_DDL
 
-__all__ = ["RETAINED_SCHEMA", "SUPERSEDES_SQL", "retained_changes", "supersedes"]
+__all__ = ["RETAINED_SCHEMA", "SUPERSEDES_SQL", "TOMBSTONE_NULLS", "retained_changes", "supersedes"]
 
 # The order rule itself lives in a module of its own (no Arrow imports), so
 # that the edge's retained store uses it without loading pyarrow.compute.
@@ -46,6 +46,9 @@ _COPIED = (
 )
 #: Columns a tombstone keeps; the rest become null.
 _TOMBSTONE_KEEPS = {"topic", "client_id", "origin", "stream", "partition", "offset", "seq", "payload_size"}
+#: The columns a tombstone has null: what both engines' expiry
+#: (``TableEngine.expire_retained``) clears when it turns an expired row into one.
+TOMBSTONE_NULLS = tuple(n for n in RETAINED_SCHEMA.names if n not in _TOMBSTONE_KEEPS and n != "deleted")
 
 
 def retained_changes(publishes: pa.Table) -> pa.Table:

@@ -1,10 +1,12 @@
-"""Test helpers: build table-shaped Arrow rows from short descriptions."""
+"""Test helpers: table-shaped Arrow rows from short descriptions, and the two
+table engines every table-engine test runs on."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 
 from schemas.ddl import to_arrow
 from schemas.tables import FRAME_ROW_DDL, MESSAGES_DDL, PARSED_RENAMES
@@ -49,3 +51,31 @@ def frame_rows(records: list[dict]) -> pa.Table:
         row.update(rec)
         rows.append(row)
     return pa.Table.from_pylist(rows, schema=FRAME_ROW_SCHEMA)
+
+
+# -- the two engines ---------------------------------------------------------
+
+#: ``engine`` fixture parameters: every table-engine test runs on both
+ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.spark)]
+
+
+def open_engine(kind: str, tables_dir, request):
+    """A ``kind`` engine over ``tables_dir`` (not ensured); delta-spark on the
+    session-scoped ``spark`` fixture, skipped (saying why) without its classes."""
+    if kind == "delta-rs":
+        from bridge.tables.deltars import DeltaRsEngine
+
+        return DeltaRsEngine(tables_dir)
+    spark = request.getfixturevalue("spark")
+    from bridge.spark.session import DELTA_CLASS, delta_spark_available
+
+    if not delta_spark_available(spark):
+        pytest.skip(f"delta-spark JVM classes ({DELTA_CLASS}) are not on the classpath: run scripts/bootstrap")
+    from bridge.spark.deltaspark import DeltaSparkEngine
+
+    return DeltaSparkEngine(tables_dir, spark)
+
+
+def sorted_rows(t: pa.Table) -> list[dict]:
+    """Every row, every column, in one order whatever the files' order."""
+    return sorted(t.to_pylist(), key=lambda r: repr(sorted(r.items())))

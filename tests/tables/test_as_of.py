@@ -2,28 +2,27 @@
 over the table's commit history): a version or an ISO timestamp becomes the
 version to read and the moment ``retained`` judges expiry by.
 
-Run over a fixed history (the engine's ``commits`` replaced), so that every
-case -- zones, no zone, after the newest, before the first -- is exact. How
-each engine then reads the version is tested with real tables: delta-rs in
-test_deltars_engine.py, delta-spark in test_deltaspark_engine.py (which
-skips, saying why, where the Delta JVM classes are absent; it is not faked).
+Run on both engines over a fixed history (the engine's ``commits``
+replaced), so that every case -- zones, no zone, after the newest, before
+the first -- is exact. How each engine then reads the version, and that
+both date a version alike, is tested with real tables in test_engines.py.
 """
 
 import datetime as dt
 
 import pytest
 
-from bridge.tables.deltars import DeltaRsEngine
 from bridge.tables.engine import AsOfError, Commit
+from tests.tables.rows import ENGINES, open_engine
 
 UTC = dt.timezone.utc
 T = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 HISTORY = [Commit(3, T), Commit(4, T + dt.timedelta(minutes=1)), Commit(5, T + dt.timedelta(minutes=2))]
 
 
-@pytest.fixture
-def engine(tmp_path, monkeypatch):
-    e = DeltaRsEngine(tmp_path / "tables")
+@pytest.fixture(params=ENGINES)
+def engine(request, tmp_path, monkeypatch):
+    e = open_engine(request.param, tmp_path / "tables", request)
     monkeypatch.setattr(e, "commits", lambda table: list(HISTORY))
     return e
 
