@@ -22,6 +22,7 @@ import datetime as dt
 import decimal
 import json
 import logging
+import re
 import sys
 from typing import Any
 
@@ -110,6 +111,18 @@ def _spark_message(exc: BaseException) -> str:
     return msg
 
 
+#: ``DESCRIBE HISTORY retained``: ``retained`` is a view (the current rows), which has no history
+_HISTORY_OF_RETAINED = re.compile(r"^(\s*DESC(?:RIBE)?\s+HISTORY\s+)`?retained`?(?=\s|;|$)", re.IGNORECASE)
+
+
+def history_of_retained(query: str) -> str | None:
+    """``DESCRIBE HISTORY retained ...`` as the history of the table behind
+    the view: ``retained_all`` (the Delta table whose current rows ``retained``
+    shows); None for any other query."""
+    m = _HISTORY_OF_RETAINED.match(query)
+    return None if m is None else m.group(1) + "retained_all" + query[m.end():]
+
+
 def _catalog(spark, config: Config, query: str, remote: bool, as_of) -> tuple[object, bool]:
     """(the session to query, whether the catalog's Delta tables answer it):
     through an endpoint that serves them, as they are; in a local session with
@@ -175,8 +188,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
             why = one_line_error(exc) if remote else failure_line(engine, exc)
             print(f"lakegate: sql: cannot read the tables under {config.tables_dir}: {why}", file=sys.stderr)
             return 1
+        query = args.query
+        if in_catalog and history_of_retained(query):
+            query = history_of_retained(query)
+            print("lakegate: sql: the history of retained_all (the Delta table whose current rows are retained)",
+                  file=sys.stderr)
         try:
-            df = spark.sql(args.query)
+            df = spark.sql(query)
             if args.limit is not None:
                 df = df.limit(args.limit)
             rows = df.collect()

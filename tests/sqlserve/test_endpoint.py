@@ -124,6 +124,12 @@ def test_the_tables_delta_rs_writes_are_delta_tables_with_history_and_time_trave
     res = lakegate_sql(data, port, "DESCRIBE HISTORY messages")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("version,timestamp,"), res.stdout[:200]
+    # issue 41's "done when": lakegate sql answers DESCRIBE HISTORY retained, the history of the table
+    # whose current rows the view retained shows, and says so
+    res = lakegate_sql(data, port, "describe history `retained` limit 1")
+    assert res.returncode == 0, res.stderr
+    assert "the history of retained_all" in res.stderr and res.stdout.startswith("version,timestamp,")
+    assert int(res.stdout.splitlines()[1].split(",")[0]) >= newest, res.stdout[:300]
 
 
 _OFF = ("through SQL is off: sql.allow_maintenance = false in the configuration of the lakegate process serving "
