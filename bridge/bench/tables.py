@@ -71,7 +71,7 @@ def _frames(n: int, seq0: int, retained_topics: int, retained_share: float, quar
     rows = []
     for i in range(n):
         seq = seq0 + i
-        retain = bool(every_r) and i % every_r == 1
+        retain = bool(every_r) and i % every_r == 1 % every_r
         bad = bool(every_q) and i % every_q == 2
         payload = b"" if retain and (i // every_r) % 10 == 0 else b'{"v": %d, "unit": "C"}' % i
         topic = (f"site/{(seq * 7919) % retained_topics % 100}/dev/{(seq * 7919) % retained_topics}/state"
