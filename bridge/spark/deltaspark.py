@@ -49,7 +49,14 @@ from schemas.tables import TABLES
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DeltaSparkEngine", "LOCAL_CONF", "WRITER_CONF"]
+__all__ = ["DeltaSparkEngine", "LOCAL_CONF", "MAINTENANCE_KEY", "MAINTENANCE_TOKEN_PROPERTY", "WRITER_CONF"]
+
+#: The session setting that exempts a session from the SQL endpoint's maintenance guard
+#: (``bridge.sqlserve.catalog``): this engine's writing session carries the token the guard
+#: holds, which the guard keeps in the JVM system property MAINTENANCE_TOKEN_PROPERTY (a Spark
+#: Connect client sees neither): lakegate's own OPTIMIZE and VACUUM pass, a client's do not.
+MAINTENANCE_KEY = "spark.lakegate.maintenance.token"
+MAINTENANCE_TOKEN_PROPERTY = "lakegate.maintenance.token"
 
 log = logging.getLogger(__name__)
 
@@ -262,9 +269,21 @@ class DeltaSparkEngine(TableEngine):
     def commits(self, table: str) -> list[Commit]:
         return commits_of(self._log_table(table))
 
+    def _maintaining(self) -> None:
+        """Lakegate's own OPTIMIZE and VACUUM pass the SQL endpoint's maintenance
+        guard (``bridge.sqlserve.catalog``): the writing session carries the
+        token the guard holds in this JVM, when there is a guard."""
+        try:
+            token = self.spark.sparkContext._jvm.java.lang.System.getProperty(MAINTENANCE_TOKEN_PROPERTY)  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - a Spark Connect session: no JVM here, no guard of ours
+            return
+        if token:
+            self.writer.conf.set(MAINTENANCE_KEY, token)
+
     def compact(self) -> dict[str, Any]:
         out = {}
         with self._lock:
+            self._maintaining()
             for table in TABLES:
                 m = self._delta_table(table).optimize().executeCompaction().first()["metrics"]
                 out[table] = {"files_added": m["numFilesAdded"], "files_removed": m["numFilesRemoved"]}
@@ -275,6 +294,7 @@ class DeltaSparkEngine(TableEngine):
 
         out = {}
         with self._lock:
+            self._maintaining()
             for table in TABLES:
                 # delta-rs lists what there is to delete (a few ms; Spark's VACUUM lists the
                 # table's directory in a job): nothing, no VACUUM and no commit, as on delta-rs

@@ -34,7 +34,10 @@ Java compiler Spark ships for its code generation (Janino), put into the
 extensions every new session of this Spark gets: every Spark Connect
 session, whatever the client. A client cannot turn it off (it is no SQL
 setting); a session that ran a query before it (its rules were fixed then)
-is not checked, nor is the session it was installed from.
+is not checked, nor is the session it was installed from, nor lakegate's
+own table engine (its OPTIMIZE and VACUUM: ``lakegate compact``, the job's
+maintenance), whose session carries this process's token
+(:data:`MAINTENANCE_KEY`).
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 from typing import TYPE_CHECKING, Iterable
 
 from bridge.config import Config
+from bridge.spark.deltaspark import MAINTENANCE_KEY, MAINTENANCE_TOKEN_PROPERTY
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -188,22 +193,36 @@ public class LakegateSqlGuard%(n)d extends scala.runtime.AbstractFunction1 {
   public volatile double minHours = 0;
   public volatile String off = "";
   public volatile String tooShort = "";
-  public Object apply(Object session) { return new LakegateSqlCheck%(n)d(this); }
-  public void configure(boolean allow, double minHours, String off, String tooShort) {
-    this.allow = allow; this.minHours = minHours; this.off = off; this.tooShort = tooShort;
+  public volatile String token = "";
+  public Object apply(Object session) { return new LakegateSqlCheck%(n)d(this, session); }
+  public void configure(boolean allow, double minHours, String off, String tooShort, String token) {
+    this.allow = allow; this.minHours = minHours; this.off = off; this.tooShort = tooShort; this.token = token;
   }
 }
 
 class LakegateSqlCheck%(n)d extends scala.runtime.AbstractFunction1 {
   private final LakegateSqlGuard%(n)d guard;
-  LakegateSqlCheck%(n)d(LakegateSqlGuard%(n)d guard) { this.guard = guard; }
+  private final Object session;
+  LakegateSqlCheck%(n)d(LakegateSqlGuard%(n)d guard, Object session) { this.guard = guard; this.session = session; }
+
+  private boolean exempt() {
+    if (guard.token.length() == 0) return false;
+    try {
+      Object conf = session.getClass().getMethod("conf", new Class[0]).invoke(session, new Object[0]);
+      Object value = conf.getClass().getMethod("get", new Class[] {String.class, String.class})
+          .invoke(conf, new Object[] {"%(key)s", ""});
+      return guard.token.equals(value);
+    } catch (Exception e) {
+      return false;
+    }
+  }
 
   public Object apply(Object plan) {
     String name = plan.getClass().getName();
     String what = %(rewrites)s;
     boolean vacuum = name.equals(%(vacuum)s);
     if (vacuum) what = "VACUUM";
-    if (what == null) return scala.runtime.BoxedUnit.UNIT;
+    if (what == null || exempt()) return scala.runtime.BoxedUnit.UNIT;
     if (vacuum && Boolean.TRUE.equals(call(plan, "dryRun"))) return scala.runtime.BoxedUnit.UNIT;
     if (!guard.allow) throw new UnsupportedOperationException(what + guard.off);
     if (vacuum) {
@@ -239,7 +258,7 @@ def _guard_source(n: int) -> str:
     rewrites = "null"
     for cls, what in reversed(_REWRITES.items()):
         rewrites = f"name.equals({json.dumps(cls)}) ? {json.dumps(what)} : ({rewrites})"
-    return _GUARD_JAVA % {"rewrites": rewrites, "vacuum": json.dumps(_VACUUM), "n": n}
+    return _GUARD_JAVA % {"rewrites": rewrites, "vacuum": json.dumps(_VACUUM), "n": n, "key": MAINTENANCE_KEY}
 
 
 def _messages(config: Config) -> tuple[str, str]:
@@ -277,4 +296,10 @@ def install_guard(spark: "SparkSession", config: Config) -> None:
         extensions.injectCheckRule(guard)
         _GUARDS[key] = guard
     off, too_short = _messages(config)
-    guard.configure(bool(config.sql.allow_maintenance), float(config.tables.vacuum_retention_hours), off, too_short)
+    system = jvm.java.lang.System
+    token = system.getProperty(MAINTENANCE_TOKEN_PROPERTY)
+    if not token:
+        token = secrets.token_hex(16)
+        system.setProperty(MAINTENANCE_TOKEN_PROPERTY, token)
+    guard.configure(bool(config.sql.allow_maintenance), float(config.tables.vacuum_retention_hours), off, too_short,
+                    token)
