@@ -39,6 +39,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     endpoint.export_tables_dir(config)
     spark = build_session(config, app_name="lakegate-job",  # checks Java first (JavaMissing: exit 2)
                           extra=endpoint.spark_conf(config))
+    endpoint.guard(spark, config)  # before any Connect client's first query (its rules are fixed then)
     metrics = None
     catalog: list[threading.Thread | None] = []
     ended = threading.Event()

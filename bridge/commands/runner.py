@@ -282,6 +282,7 @@ class Runner:
 
         endpoint.export_tables_dir(self.config)
         spark = build_session(self.config, app_name="lakegate-run", extra=endpoint.spark_conf(self.config))
+        endpoint.guard(spark, self.config)  # before any Connect client's first query (its rules are fixed then)
         quiet_accumulator_server(spark)
         # the endpoint's catalog objects come once the query has started (_install_catalog)
         # Again after the session: PySpark's SparkContext installs its own SIGINT

@@ -148,8 +148,9 @@ def guard(spark: "SparkSession", config: Config) -> None:
     """The maintenance guard (:func:`bridge.sqlserve.catalog.install_guard`) when the
     endpoint is on and delta-spark is there. It checks every Connect session whose
     first query comes after it (a session's rules are fixed then): the earlier the
-    better; :func:`install_in_background` calls it at once, before the catalog
-    objects. A failure is one ERROR line (OPTIMIZE and VACUUM through SQL are then
+    better; the job and the run call it as soon as their session is built (the
+    endpoint answers from then), :func:`install_in_background` again (it is
+    idempotent), before the catalog objects. A failure is one ERROR line (OPTIMIZE and VACUUM through SQL are then
     not refused)."""
     if not config.sql.connect_port:
         return

@@ -5,6 +5,7 @@ publisher, and the tables read with deltalake (not through the endpoint)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -68,21 +69,49 @@ def retained_version(data: Path) -> int:
     return version(data, "retained")
 
 
-def start_run(tmp: Path, *sets: str, env: dict[str, str] | None = None):
-    """A ``lakegate run`` serving the endpoint on a port of its own, its first batch
-    committed and its catalog objects made: (Lakegate, data_dir, port)."""
-    port = free_port()
-    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp / "data", tmp / "run.log")
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})  # the run's environment (Lakegate starts it with this process's)
+def the_views_after_one_publish(lg, data: Path, port: int, topic: str, *more: str) -> list[str]:
+    """Publish ``abc`` retained to ``topic`` and check what a generic Spark
+    Connect client then reads through the five names (retained, messages,
+    retained_all, retained_versions, quarantine); the answers to ``more``
+    queries asked in the same client."""
+    version = retained_version(data)
+    assert generic_client(port, f"SELECT count(*) FROM retained WHERE topic = '{topic}'") == ["0"]
+    publish(lg.port, topic, b"abc")
+    assert wait_for(lambda: topic in retained_topics(data), timeout=60), lg.tail()
+    got = generic_client(port, f"SELECT count(*), max(payload_size) FROM retained WHERE topic = '{topic}'",
+                         f"SELECT count(*) FROM messages WHERE topic = '{topic}'",
+                         f"SELECT count(*) FROM retained_all WHERE topic = '{topic}'",
+                         "SELECT max(version) FROM retained_versions",
+                         "SELECT count(*) FROM quarantine WHERE rule IS NULL", *more)
+    assert got[:3] == ["1|3", "1", "1"]
+    assert int(got[3]) == retained_version(data) > version
+    assert got[4] == "0"
+    return got[5:]
+
+
+@contextlib.contextmanager
+def environ(env: dict[str, str]):
+    """This process's environment with ``env`` added, as it was afterwards
+    (for what starts a child with it: a run, a notebook's kernel)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
-        lg.start(["amqp.url=", f"sql.connect_port={port}", *sets], timeout=120)
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def start_run(tmp: Path, *sets: str, env: dict[str, str] | None = None):
+    """A ``lakegate run`` serving the endpoint on a port of its own, its first batch
+    committed and its catalog objects made: (Lakegate, data_dir, port)."""
+    port = free_port()
+    lg = Lakegate(argparse.Namespace(overrides=[], config=None), tmp / "data", tmp / "run.log")
+    with environ(env or {}):  # the run's environment (Lakegate starts it with this process's)
+        lg.start(["amqp.url=", f"sql.connect_port={port}", *sets], timeout=120)
     cfg = load_config(None, [f"data_dir={tmp / 'data'}", f"sql.connect_port={port}"], env={})
     try:
         assert wait_for(lambda: endpoint_answers(cfg), timeout=120), lg.tail()

@@ -22,8 +22,8 @@ import pytest
 from bridge.config import load_config
 from bridge.sqlserve.client import endpoint_gone, one_line_error
 from tests.amqp.peer import free_port
-from tests.sqlserve.endpoints import (FALLBACK, ROOT, commit_time, generic_client, lakegate_sql, publish,
-                                      retained_topics, retained_version, start_run)
+from tests.sqlserve.endpoints import (FALLBACK, ROOT, commit_time, environ, generic_client, lakegate_sql, publish,
+                                      retained_topics, retained_version, start_run, the_views_after_one_publish)
 from tests.waiting import wait_for
 
 
@@ -75,19 +75,8 @@ def test_a_failing_query_through_the_endpoint_is_one_line(run):
 def test_any_spark_connect_client_sees_the_views_at_the_latest_version_and_mqtt_match(run):
     lg, data, port = run
     assert generic_client(port, "SELECT mqtt_match('a/+', 'a/b')") == ["True"]
-    before = generic_client(port, "SELECT count(*) FROM retained WHERE topic = 'sql/generic'")
-    assert before == ["0"]
     version = retained_version(data)
-    publish(lg.port, "sql/generic", b"abc")
-    assert wait_for(lambda: "sql/generic" in retained_topics(data), timeout=60), lg.tail()
-    got = generic_client(port, "SELECT count(*), max(payload_size) FROM retained WHERE topic = 'sql/generic'",
-                         "SELECT count(*) FROM messages WHERE topic = 'sql/generic'",
-                         "SELECT count(*) FROM retained_all WHERE topic = 'sql/generic'",
-                         "SELECT max(version) FROM retained_versions",
-                         "SELECT count(*) FROM quarantine WHERE rule IS NULL")
-    assert got[:3] == ["1|3", "1", "1"]
-    assert int(got[3]) == retained_version(data)
-    assert got[4] == "0"
+    the_views_after_one_publish(lg, data, port, "sql/generic")
     # time travel without lakegate's code: Delta's own (this run has delta-spark)
     assert generic_client(port, f"SELECT count(*) FROM retained_all VERSION AS OF {version} "
                                 "WHERE topic = 'sql/generic'") == ["0"]
@@ -207,17 +196,9 @@ def test_a_notebook_queries_through_the_endpoint(run, tmp_path):
     nb = nbformat.read(path, as_version=4)
     env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "LAKEGATE_DATA_DIR": str(data),
            "LAKEGATE_SQL_CONNECT_PORT": str(port)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(env):
         NotebookClient(nb, timeout=300, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                      for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert f"session sc://127.0.0.1:{port}" in text, text[:2000]
