@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from bridge.config_sections import (AmqpConfig, CaptureConfig, EdgeConfig, JobConfig, MetricsConfig, SparkConfig,
-                                    SqlConfig, TablesConfig, TapConfig)
+from bridge.config_sections import (AmqpConfig, CaptureConfig, EdgeConfig, JobConfig, KafkaConfig, MetricsConfig,
+                                    SparkConfig, SqlConfig, TablesConfig, TapConfig)
 from bridge.peers import PEERS
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "ConfigError",
     "EdgeConfig",
     "JobConfig",
+    "KafkaConfig",
     "TapConfig",
     "SparkConfig",
     "SqlConfig",
@@ -65,8 +66,8 @@ __all__ = [
 ENV_PREFIX = "LAKEGATE_"
 #: Keys that name a file or directory on the local file system.
 PATH_KEYS = frozenset({"data_dir", "edge.tls_cert_file", "edge.tls_key_file", "edge.password_file",
-                       "edge.acl_file",
-                       "amqp.tls_ca_file", "tap.tls_ca_file"})
+                       "edge.acl_file", "amqp.tls_ca_file", "tap.tls_ca_file",
+                       "kafka.ssl_ca_location", "kafka.ssl_certificate_location", "kafka.ssl_key_location"})
 #: Bookkeeping fields of Config that are not configuration keys.
 _META = ("sources", "bases")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -110,6 +111,7 @@ class Config:
     log_level: str = "INFO"
     edge: EdgeConfig = field(default_factory=EdgeConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
     tables: TablesConfig = field(default_factory=TablesConfig)
     tap: TapConfig = field(default_factory=TapConfig)
@@ -129,6 +131,12 @@ class Config:
     def data_path(self) -> Path:
         base = self.bases.get("data_dir")
         return (Path(base) if base else defaults_dir()).joinpath(Path(self.data_dir).expanduser()).resolve()
+
+    @property
+    def kafka_topic(self) -> str:
+        """The capture log's Kafka topic (``capture.backend = "kafka"``):
+        ``kafka.topic``, else ``capture.stream``."""
+        return self.kafka.topic or self.capture.stream
 
     @property
     def capture_dir(self) -> Path:
@@ -160,6 +168,9 @@ class Config:
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
+    "capture.backend": ("local", "kafka"),
+    "kafka.compression": ("none", "gzip", "snappy", "lz4", "zstd"),
+    "kafka.security_protocol": ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"),
     "amqp.profile": ("seed", "enmasse"),
     "amqp.peer": ("rabbitmq", "artemis", "generic"),
     "amqp.qos2_rcv_settle_mode": ("profile", "first", "second"),

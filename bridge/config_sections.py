@@ -111,7 +111,12 @@ class EdgeConfig:
 class CaptureConfig:
     """The capture log the edge writes and the Spark source reads."""
 
-    #: Capture stream name (the records' ``topic`` column).
+    #: Where it lives: "local" (files under data_dir/capture, fsynced: the
+    #: embedded default) or "kafka" (the topic ``kafka.topic`` of the Kafka
+    #: cluster at ``kafka.bootstrap_servers``; section [kafka]).
+    backend: str = "local"
+    #: Capture stream name (the records' ``topic`` column; on Kafka the
+    #: topic's name unless ``kafka.topic`` is set).
     stream: str = "mqtt-frames"
     partitions: int = 4
     segment_bytes: int = 64 * 1024 * 1024
@@ -128,6 +133,43 @@ class CaptureConfig:
     retention_bytes: int = 10 * 1024 * 1024 * 1024
     #: How often the writer applies retention.
     retention_check_interval_s: int = 60
+
+
+@dataclass
+class KafkaConfig:
+    """The capture log on Apache Kafka (``capture.backend = "kafka"``): the
+    edge produces every accepted frame as one record (librdkafka, idempotent,
+    acks=all) and acknowledges it once Kafka has; the job reads the topic
+    with Spark's own Kafka source."""
+
+    #: Comma-separated host:port of brokers to start from.
+    bootstrap_servers: str = "127.0.0.1:9092"
+    #: The topic; empty: ``capture.stream``.
+    topic: str = ""
+    #: Create the topic when it is missing, with ``capture.partitions``
+    #: partitions and ``replication_factor`` replicas; false: a missing topic
+    #: is an error at start (one line naming it).
+    create_topic: bool = False
+    #: Replicas of a topic the edge creates; -1: the brokers' default.
+    replication_factor: int = -1
+    #: Producer: ms a record may wait to fill a batch (librdkafka linger.ms).
+    linger_ms: float = 1.0
+    #: Producer: a record not delivered within this many ms fails, and is
+    #: never acknowledged (librdkafka delivery.timeout.ms).
+    delivery_timeout_ms: int = 30000
+    #: Producer: "none", "gzip", "snappy", "lz4" or "zstd".
+    compression: str = "none"
+    #: "plaintext", "ssl", "sasl_plaintext" or "sasl_ssl" (passed to librdkafka
+    #: and to Spark's Kafka source alike).
+    security_protocol: str = "plaintext"
+    #: SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), user and password.
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: str = ""
+    #: TLS: the CA bundle to trust, and a client certificate and key (PEM).
+    ssl_ca_location: str = ""
+    ssl_certificate_location: str = ""
+    ssl_key_location: str = ""
 
 
 @dataclass

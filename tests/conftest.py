@@ -1,6 +1,6 @@
 """Shared fixtures: one Spark session per test run, the real brokers, paths.
 
-Tests that need a broker use the real RabbitMQ and Mosquitto started by
+Tests that need a broker use the real RabbitMQ, Mosquitto and Kafka started by
 ``scripts/services up`` (the README's test command starts them). When a
 broker does not answer, those tests fail with a message saying so, unless
 LAKEGATE_SKIP_BROKERS=1 is set, in which case they skip with that reason.
@@ -41,6 +41,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 RABBITMQ = ("127.0.0.1", int(os.environ.get("RABBITMQ_PORT", "5672")))
 MOSQUITTO = ("127.0.0.1", int(os.environ.get("MOSQUITTO_PORT", "18830")))
+KAFKA = ("127.0.0.1", int(os.environ.get("KAFKA_PORT", "9092")))
 AMQP_URL = f"amqp://guest:guest@{RABBITMQ[0]}:{RABBITMQ[1]}"
 
 
@@ -73,6 +74,13 @@ def mosquitto() -> tuple[str, int]:
     """(host, port) of the real Mosquitto."""
     _need(MOSQUITTO, "Mosquitto")
     return MOSQUITTO
+
+
+@pytest.fixture(scope="session")
+def kafka() -> str:
+    """The bootstrap servers of the real one-node Kafka (KRaft) scripts/services starts."""
+    _need(KAFKA, "Kafka")
+    return f"{KAFKA[0]}:{KAFKA[1]}"
 
 
 @pytest.fixture(scope="session")
