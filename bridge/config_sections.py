@@ -162,13 +162,17 @@ class KafkaConfig:
     #: "plaintext", "ssl", "sasl_plaintext" or "sasl_ssl" (passed to librdkafka
     #: and to Spark's Kafka source alike).
     security_protocol: str = "plaintext"
-    #: SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), user and password.
+    #: SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
     sasl_mechanism: str = "PLAIN"
+    #: SASL user name.
     sasl_username: str = ""
+    #: SASL password (masked wherever the configuration is shown).
     sasl_password: str = ""
-    #: TLS: the CA bundle to trust, and a client certificate and key (PEM).
+    #: TLS: the CA bundle (PEM) to trust; empty: the system's.
     ssl_ca_location: str = ""
+    #: TLS client certificate (PEM), when the brokers ask for one.
     ssl_certificate_location: str = ""
+    #: Its private key (PEM).
     ssl_key_location: str = ""
 
 

@@ -17,7 +17,9 @@ __all__ = [
     "LogFormatError",
     "LogLockedError",
     "LogMismatchError",
+    "LogUnavailableError",
     "OffsetOutOfRangeError",
+    "RecordTooLargeError",
 ]
 
 
@@ -85,3 +87,24 @@ class CaptureWriteError(CaptureError):
 
 class BackPressureTimeout(CaptureError, TimeoutError):
     """``append(timeout=...)`` waited that long for the disk to catch up."""
+
+
+class RecordTooLargeError(CaptureError, ValueError):
+    """A record larger than the capture log takes (on Kafka: the topic's
+    ``max.message.bytes`` or the producer's ``message.max.bytes``). Refused
+    before anything is written: the log stays healthy, offsets and sequence
+    numbers are not used up. The edge answers it with reason code 0x95
+    (Packet too large)."""
+
+    rule = "LG-capture-kafka-too-large"
+
+    def __init__(self, size: int, limit: int, what: str) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"capture record of {size} bytes exceeds {what} ({limit} bytes) [{self.rule}]; "
+                         "it was not written")
+
+
+class LogUnavailableError(CaptureError):
+    """The capture log's storage cannot be reached (on Kafka: no broker at
+    ``kafka.bootstrap_servers`` answered in time)."""
