@@ -21,8 +21,11 @@ from bridge.capture.errors import (
     LogFormatError,
     LogLockedError,
     LogMismatchError,
+    LogUnavailableError,
     OffsetOutOfRangeError,
+    RecordTooLargeError,
 )
+from bridge.capture.open import open_capture_log, open_reader
 from bridge.capture.reader import LogReader, PartitionStats
 from bridge.capture.record import Record, partition_for
 from bridge.capture.writer import Ack, CaptureLog
@@ -39,10 +42,14 @@ __all__ = [
     "LogLockedError",
     "LogMismatchError",
     "LogReader",
+    "LogUnavailableError",
     "OffsetOutOfRangeError",
     "PartitionStats",
     "Record",
+    "RecordTooLargeError",
     "commit_offsets",
+    "open_capture_log",
+    "open_reader",
     "partition_for",
     "read_commits",
 ]

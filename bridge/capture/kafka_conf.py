@@ -81,6 +81,8 @@ def client_conf(config, role: str = "admin", *, logger: bool = True) -> dict[str
             "auto.offset.reset": "error",
             "isolation.level": "read_uncommitted",
             "enable.partition.eof": False,
+            # readers read bounded ranges: a long-poll fetch would delay the next range's first records
+            "fetch.wait.max.ms": 100,
         })
     elif role != "admin":
         raise ValueError(f"client_conf: role must be admin, producer or consumer, not {role!r}")

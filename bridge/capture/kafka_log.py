@@ -1,0 +1,702 @@
+"""KafkaCaptureLog: the capture log's writer on Apache Kafka (``capture.backend = "kafka"``).
+
+The same API as :class:`bridge.capture.writer.CaptureLog`, the edge's side::
+
+    log = KafkaCaptureLog.open(config)        # the whole bridge.config.Config
+    ack = log.append(conn_id, key=client_id, value=frame, headers=[("conn_id", b"c1"), ...])
+    ack.partition, ack.offset, ack.seq        # known at once
+    ack.wait(timeout=5)                       # returns once Kafka has it (acks=all)
+    log.close()
+
+Each record is one Kafka record of the topic ``config.kafka_topic``: key the
+MQTT client id, value the raw frame, the caller's headers and then ``seq``
+(the capture sequence, decimal), timestamp the receive time (ms), in
+partition :func:`~bridge.capture.record.partition_for` of the connection.
+The producer is idempotent with ``acks=all`` and at most 5 requests in
+flight, so a partition's records land in order, once each.
+
+Offsets are known at append: the edge is the only writer of the topic, so a
+partition's offsets are dense and the next one is the end offset read at
+open plus the records appended since. Each delivery report is checked
+against that prediction; a record that landed elsewhere means another
+producer writes the topic (LG-capture-kafka-offset) and the log fails.
+
+Durable means Kafka confirmed the record (every in-sync replica has it).
+Failure: a delivery that fails or lands at another offset fails that append,
+every append not yet confirmed, and every later append, with
+:class:`CaptureWriteError`: nothing depending on it may be acknowledged. The
+log must be reopened (which reads the offsets afresh).
+
+A record Kafka could not take (the topic's ``max.message.bytes``, the
+producer's ``message.max.bytes``) is refused before it is produced with
+:class:`RecordTooLargeError` (LG-capture-kafka-too-large): nothing written,
+the log stays healthy.
+
+Back-pressure: bytes count as pending from ``append`` until confirmed;
+beyond ``capture.max_pending_bytes`` (or when librdkafka's queue is full)
+appends wait, as on the local log.
+
+One piece: :class:`KafkaCaptureLog` is one protocol between the appending
+threads and the poller thread over shared state -- ``_lock`` with its
+``_room`` condition, the per-partition queues of records awaiting their
+delivery report, the predicted and confirmed offsets, ``_pending_bytes`` and
+``_failed`` -- and its parts are correct only together: an append predicts
+the offset and queues its entry under the lock in the order it produces, a
+delivery report pops the partition's oldest entry and checks the offset, a
+failure fails every queued entry and every later append, and ``close``
+drains the producer before the poller stops.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from bridge.capture.errors import (
+    BackPressureTimeout,
+    CaptureError,
+    CaptureWriteError,
+    LogClosedError,
+    LogLockedError,
+    LogMismatchError,
+    LogUnavailableError,
+    RecordTooLargeError,
+)
+from bridge.capture.kafka_conf import client_conf
+from bridge.capture.record import encode_headers, partition_for
+from bridge.capture.writer import Ack
+
+__all__ = ["KafkaCaptureLog", "OFFSET_RULE", "PARTITIONS_RULE", "inspect_topic", "record_wire_size"]
+
+log = logging.getLogger(__name__)
+
+OFFSET_RULE = "LG-capture-kafka-offset"
+PARTITIONS_RULE = "LG-capture-kafka-partitions"
+RETENTION_RULE = "LG-capture-kafka-retention"
+#: Seconds open waits for the brokers (metadata, offsets, the last records).
+OPEN_TIMEOUT_S = 10.0
+#: Kafka's record batch header (v2), which every batch of records carries.
+BATCH_OVERHEAD = 61
+#: librdkafka's default ``message.max.bytes`` (the largest request it sends).
+PRODUCER_MAX_BYTES = 1_000_000
+_SEQ = "seq"
+
+
+def record_wire_size(key_len: int, value_len: int, headers: Iterable[tuple[str, bytes]]) -> int:
+    """An upper bound of the bytes of a batch holding only this record (Kafka
+    record format v2, every varint at its widest): what the topic's
+    ``max.message.bytes`` is checked against, and what back-pressure counts."""
+    n = BATCH_OVERHEAD + 5 + 1 + 10 + 5 + 5 + key_len + 5 + value_len + 5
+    for k, v in headers:
+        n += 10 + len(k) + len(v)
+    return n
+
+
+def _kafka_error(exc: BaseException) -> str:
+    arg = exc.args[0] if exc.args else None
+    return arg.str() if hasattr(arg, "str") else str(exc)
+
+
+def inspect_topic(admin, config, create: bool, timeout: float = OPEN_TIMEOUT_S) -> int:
+    """Check the capture topic (creating it when missing and ``create`` and
+    ``kafka.create_topic``); returns its partition count. Raises
+    LogUnavailableError when no broker answers within ``timeout`` seconds,
+    LogMismatchError when the topic is missing or has fewer partitions than
+    ``capture.partitions``."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    topic = config.kafka_topic
+    want = config.capture.partitions
+    servers = config.kafka.bootstrap_servers
+    deadline = time.monotonic() + timeout
+    created = False
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.1)
+        try:
+            md = admin.list_topics(topic=topic, timeout=remaining)
+        except KafkaException as exc:
+            raise LogUnavailableError(
+                f"capture log on Kafka: no broker answered at kafka.bootstrap_servers = {servers!r} within "
+                f"{timeout:g} s ({_kafka_error(exc)})") from None
+        t = md.topics.get(topic)
+        code = t.error.code() if t is not None and t.error is not None else None
+        if t is None or code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if created:
+                pass  # created: wait for the metadata to show it
+            elif create and config.kafka.create_topic:
+                _create_topic(admin, config, NewTopic, KafkaError, KafkaException, remaining)
+                created = True
+            else:
+                raise LogMismatchError(
+                    f"capture log on Kafka: topic {topic!r} does not exist at {servers}; create it with "
+                    f"{want} partitions, or set kafka.create_topic = true")
+        elif code is None and t.partitions and all(
+                pm.error is None and pm.leader >= 0 for pm in t.partitions.values()):
+            have = len(t.partitions)
+            if have < want:
+                raise LogMismatchError(
+                    f"capture log on Kafka: topic {topic!r} has {have} partitions, fewer than "
+                    f"capture.partitions = {want} [{PARTITIONS_RULE}]; add partitions to the topic "
+                    f"(kafka-topics --alter --partitions {want}) or set capture.partitions = {have}")
+            return have
+        elif code is not None and code not in (KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                                               KafkaError.REQUEST_TIMED_OUT):
+            raise CaptureError(f"capture log on Kafka: topic {topic!r}: {t.error.str()}")
+        if time.monotonic() >= deadline:
+            raise LogUnavailableError(
+                f"capture log on Kafka: topic {topic!r} at kafka.bootstrap_servers = {servers!r} has no leader "
+                f"for every partition after {timeout:g} s")
+        time.sleep(0.1)
+
+
+def _create_topic(admin, config, NewTopic, KafkaError, KafkaException, timeout: float) -> None:
+    topic = config.kafka_topic
+    nt = NewTopic(topic, num_partitions=config.capture.partitions,
+                  replication_factor=config.kafka.replication_factor)
+    fut = admin.create_topics([nt], operation_timeout=timeout, request_timeout=timeout)[topic]
+    try:
+        fut.result(timeout=timeout + 1)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise CaptureError(f"capture log on Kafka: could not create topic {topic!r} "
+                               f"(kafka.create_topic = true): {_kafka_error(exc)}") from None
+    log.info("capture log on Kafka: created topic %s with %d partitions, replication factor %s",
+             topic, config.capture.partitions,
+             "the brokers' default" if config.kafka.replication_factor < 0 else config.kafka.replication_factor)
+
+
+def topic_max_message_bytes(admin, topic: str, timeout: float = OPEN_TIMEOUT_S) -> int:
+    """The topic's ``max.message.bytes`` (its own, or the brokers' default)."""
+    return int(topic_configs(admin, topic, timeout)["max.message.bytes"])
+
+
+def check_retention(config, entries: dict[str, str]) -> None:
+    """Refuse a topic whose clean-up would remove what the edge still needs:
+    compaction (it keeps one record per key: a client's frames but the last)
+    or time retention shorter than a persistent session may stay away
+    (``edge.persistent_session_expiry_s``: its queue is positions in the
+    topic) [LG-capture-kafka-retention]. Size retention cannot be checked
+    against time: a warning."""
+    topic = config.kafka_topic
+    policy = entries.get("cleanup.policy", "delete")
+    if "compact" in policy:
+        raise LogMismatchError(
+            f"Kafka topic {topic!r} has cleanup.policy={policy}: compaction keeps one record per key (one MQTT "
+            "client's last frame) and would delete captured messages; set cleanup.policy=delete "
+            f"[{RETENTION_RULE}]")
+    expiry_s = config.edge.persistent_session_expiry_s
+    retention_ms = int(entries.get("retention.ms", "-1"))
+    if retention_ms >= 0 and (expiry_s == 0 or retention_ms < expiry_s * 1000):
+        need = "unlimited (-1)" if expiry_s == 0 else f"at least {expiry_s * 1000} ms"
+        raise LogMismatchError(
+            f"Kafka topic {topic!r} keeps records {retention_ms} ms (retention.ms) but a persistent session may "
+            f"stay away {'for ever' if expiry_s == 0 else f'{expiry_s} s'} (edge.persistent_session_expiry_s) and "
+            f"its queued messages are positions in the topic: set the topic's retention.ms to {need}, or lower "
+            f"edge.persistent_session_expiry_s [{RETENTION_RULE}]")
+    if int(entries.get("retention.bytes", "-1")) >= 0:
+        log.warning("capture log on Kafka: topic %s has retention.bytes=%s: records may be deleted by size before "
+                    "a persistent session that is away has had them [%s]", topic, entries["retention.bytes"],
+                    RETENTION_RULE)
+
+
+def topic_configs(admin, topic: str, timeout: float = OPEN_TIMEOUT_S) -> dict[str, str]:
+    """The topic's configuration (its own values, or the brokers' defaults)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    fut = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout)
+    (f,) = fut.values()
+    try:
+        entries = f.result(timeout=timeout + 1)
+    except Exception as exc:
+        raise CaptureError(f"capture log on Kafka: could not read the configuration of topic {topic!r}: "
+                           f"{_kafka_error(exc)}") from None
+    return {k: e.value for k, e in entries.items() if e.value is not None}
+
+
+def read_tail(config, partitions: int, timeout: float = OPEN_TIMEOUT_S) -> tuple[list[int], list[int], int]:
+    """(earliest offsets, end offsets, next capture sequence) of the topic's
+    first ``partitions`` partitions: the sequence is one more than the
+    largest ``seq`` header of each partition's last record (0 when empty)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    topic = config.kafka_topic
+    deadline = time.monotonic() + timeout
+    consumer = Consumer(client_conf(config, "consumer"))
+    try:
+        lows, ends = [], []
+        for p in range(partitions):
+            try:
+                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                        timeout=max(deadline - time.monotonic(), 0.5))
+            except KafkaException as exc:
+                raise LogUnavailableError(f"capture log on Kafka: could not read the end offset of topic "
+                                          f"{topic!r} partition {p}: {_kafka_error(exc)}") from None
+            lows.append(lo)
+            ends.append(hi)
+        want = {p: ends[p] - 1 for p in range(partitions) if ends[p] > lows[p]}
+        next_seq = 0
+        if want:
+            consumer.assign([TopicPartition(topic, p, o) for p, o in want.items()])
+            while want:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LogUnavailableError(
+                        f"capture log on Kafka: could not read the last record of topic {topic!r} "
+                        f"partition(s) {sorted(want)} within {timeout:g} s (the next capture sequence comes "
+                        "from their seq headers)")
+                msg = consumer.poll(min(remaining, 0.5))
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    raise CaptureError(f"capture log on Kafka: reading topic {topic!r}: {msg.error().str()}")
+                p = msg.partition()
+                if want.get(p) != msg.offset():
+                    continue
+                del want[p]
+                seq = dict(msg.headers() or ()).get(_SEQ)
+                if seq is None:
+                    log.warning("capture log on Kafka: the last record of topic %s partition %d (offset %d) "
+                                "has no seq header: not written by lakegate", topic, p, msg.offset())
+                    continue
+                next_seq = max(next_seq, int(seq) + 1)
+        return lows, ends, next_seq
+    finally:
+        consumer.close()
+
+
+class _Entry:
+    """A record produced and awaiting its delivery report."""
+
+    __slots__ = ("offset", "seq", "size", "future", "t0")
+
+    def __init__(self, offset: int, seq: int, size: int, future: Future, t0: float) -> None:
+        self.offset = offset
+        self.seq = seq
+        self.size = size
+        self.future = future
+        self.t0 = t0
+
+
+class KafkaCaptureLog:
+    """The capture log writer on Kafka. Create with :meth:`open`; thread-safe."""
+
+    def __init__(self, config) -> None:
+        # Use KafkaCaptureLog.open(config); this only stores settings.
+        cap = config.capture
+        self.config = config
+        self.topic = config.kafka_topic
+        #: the records' ``topic`` column (Spark's Kafka source gives the topic's name)
+        self.stream = self.topic
+        self.partitions = cap.partitions
+        self.max_pending_bytes = cap.max_pending_bytes
+        #: the edge's side files (hold and commit files) live here
+        self.root = Path(config.capture_dir)
+        #: accepted for the edge's sake; appends never wait for the poller's GIL turn
+        self.yield_to_flusher = True
+        self.delivery_timeout_s = config.kafka.delivery_timeout_ms / 1000
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # appends waiting for room, flush, close
+        self._inflight: list[collections.deque[_Entry]] = [collections.deque() for _ in range(self.partitions)]
+        self._next_offset: list[int] = [0] * self.partitions
+        self._durable: list[int] = [0] * self.partitions
+        self._next_seq = 0
+        self._pending_bytes = 0
+        self._pcache: dict[str, int] = {}
+        self._delivered = False  # a delivery since the poller last ran on_durable
+        self._stopping = False
+        self._closed = False
+        self._failed: CaptureWriteError | None = None
+        self._producer = None
+        self._thread: threading.Thread | None = None
+        self._lock_fd = -1
+        #: the smallest limit a record must stay under, and what sets it
+        self.max_record_bytes = PRODUCER_MAX_BYTES
+        self._limit_what = "the producer's message.max.bytes"
+        #: counters: appends, commits (poll rounds that confirmed records),
+        #: deliveries, bytes confirmed, queue_full (waits for librdkafka's queue)
+        self.stats = {"appends": 0, "commits": 0, "fsyncs": 0, "bytes": 0, "truncated_bytes": 0,
+                      "deliveries": 0, "queue_full": 0}
+        #: a bridge.buckets.Buckets timing produce -> delivery report (None: not timed)
+        self.fsync_latency = None
+        #: called (no arguments, on the poller thread, after the acks) when
+        #: deliveries made records durable; must be quick and must not raise
+        self.on_durable: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    def open(cls, config, producer_conf: dict[str, Any] | None = None) -> "KafkaCaptureLog":
+        """Open the capture log on the topic ``config.kafka_topic``.
+
+        Checks the topic (creating it when missing and ``kafka.create_topic``),
+        reads each partition's end offset and the last record's ``seq``, and
+        starts the producer. ``producer_conf``: librdkafka settings added to
+        :func:`~bridge.capture.kafka_conf.client_conf`'s (tests, tuning).
+        Raises LogUnavailableError when no broker answers within about 10 s,
+        LogMismatchError for a missing topic or too few partitions,
+        LogLockedError when another process writes this data_dir.
+        """
+        for k in ("partitions", "max_pending_bytes"):
+            if int(getattr(config.capture, k)) <= 0:
+                raise ValueError(f"capture.{k} must be positive, got {getattr(config.capture, k)}")
+        self = cls(config)
+        try:
+            self._open(producer_conf or {})
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def _open(self, extra: dict[str, Any]) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.root / "writer.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise LogLockedError(f"{self.root} is in use by another capture writer (pid {holder}); "
+                                 "only one lakegate edge may use a data_dir") from None
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+
+        admin = AdminClient(client_conf(self.config, "admin"))
+        have = inspect_topic(admin, self.config, create=True)
+        if have > self.partitions:
+            log.warning("capture log on Kafka: topic %s has %d partitions; the edge writes the first %d "
+                        "(capture.partitions)", self.topic, have, self.partitions)
+        entries = topic_configs(admin, self.topic)
+        check_retention(self.config, entries)
+        topic_max = int(entries["max.message.bytes"])
+        conf = client_conf(self.config, "producer")
+        # A batch of several records must fit the topic too: librdkafka does not split a rejected batch.
+        conf["batch.size"] = max(min(1_000_000, topic_max), 1)
+        conf["message.max.bytes"] = max(PRODUCER_MAX_BYTES, min(topic_max + 4096, 1_000_000_000))
+        conf.update(extra)
+        producer_max = int(conf["message.max.bytes"])
+        if topic_max <= producer_max:
+            self.max_record_bytes = topic_max
+            self._limit_what = f"max.message.bytes of Kafka topic {self.topic!r}"
+        else:
+            self.max_record_bytes = producer_max
+            self._limit_what = "the producer's message.max.bytes"
+        _lows, ends, next_seq = read_tail(self.config, self.partitions)
+        self._next_offset = list(ends)
+        self._durable = list(ends)
+        self._next_seq = next_seq
+        conf["on_delivery"] = self._on_delivery
+        conf["error_cb"] = self._on_error
+        self._producer = Producer(conf)
+        log.info("capture log on Kafka topic %s at %s: %d partitions, next offsets %s, next seq %d",
+                 self.topic, self.config.kafka.bootstrap_servers, self.partitions, self._next_offset,
+                 self._next_seq)
+        self._thread = threading.Thread(target=self._poller, name="capture-kafka-poller", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- append
+    def append(self, partition_key: str, key: bytes, value: bytes,
+               headers: Iterable[tuple[str, bytes]] = (), timestamp_us: int | None = None,
+               timeout: float | None = None) -> Ack:
+        """Append one record; returns its :class:`Ack` at once (not yet in Kafka).
+
+        As :meth:`bridge.capture.writer.CaptureLog.append`. Also raises
+        RecordTooLargeError (nothing produced, the log stays healthy)."""
+        if not isinstance(key, (bytes, bytearray)) or not isinstance(value, (bytes, bytearray)):
+            raise TypeError("capture append: key and value must be bytes")
+        hlist = self._headers(headers)
+        ts = time.time_ns() // 1000 if timestamp_us is None else int(timestamp_us)
+        p = self._partition_of(partition_key)
+        with self._lock:
+            self._check_writable()
+            return self._append_locked(p, ts, bytes(key), bytes(value), hlist, timeout)
+
+    def append_many(self, partition_key: str, key: bytes,
+                    items: list[tuple[bytes, Iterable[tuple[str, bytes]]]],
+                    timeout: float | None = None) -> list[Ack]:
+        """Append several records of one connection (``items``: (value,
+        headers) pairs) as :meth:`append` would one by one, in order."""
+        if not isinstance(key, (bytes, bytearray)):
+            raise TypeError("capture append: key and value must be bytes")
+        encoded = []
+        for value, headers in items:
+            if not isinstance(value, (bytes, bytearray)):
+                raise TypeError("capture append: key and value must be bytes")
+            encoded.append((bytes(value), self._headers(headers)))
+        ts = time.time_ns() // 1000
+        p = self._partition_of(partition_key)
+        key = bytes(key)
+        with self._lock:
+            self._check_writable()
+            return [self._append_locked(p, ts, key, v, h, timeout) for v, h in encoded]
+
+    @staticmethod
+    def _headers(headers: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        encode_headers(headers)  # checks the keys (seq is the log's) and the values
+        return [(k, bytes(v)) for k, v in headers]
+
+    def _partition_of(self, partition_key: str) -> int:
+        cache = self._pcache
+        p = cache.get(partition_key)
+        if p is None:
+            if len(cache) >= 4096:
+                cache.clear()
+            p = cache[partition_key] = partition_for(partition_key, self.partitions)
+        return p
+
+    def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hlist: list[tuple[str, bytes]],
+                       timeout: float | None) -> Ack:
+        from confluent_kafka import KafkaError, KafkaException
+
+        size = record_wire_size(len(key), len(value), hlist) + 10 + 20  # + the seq header
+        if size > self.max_record_bytes:
+            raise RecordTooLargeError(size, self.max_record_bytes, self._limit_what)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
+            self._wait_for_room(size, deadline)
+        while True:
+            # read after every wait: another append may have gone first
+            offset = self._next_offset[p]
+            seq = self._next_seq
+            try:
+                self._producer.produce(self.topic, value=value, key=key, partition=p, timestamp=ts // 1000,
+                                       headers=[*hlist, (_SEQ, str(seq).encode("ascii"))])
+                break
+            except BufferError:  # librdkafka's queue is full: wait for deliveries, never drop
+                self.stats["queue_full"] += 1
+                self._wait_queue(size, deadline)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise RecordTooLargeError(size, self.max_record_bytes, self._limit_what) from None
+                raise CaptureWriteError(f"capture log on Kafka: librdkafka refused a record of partition {p}: "
+                                        f"{_kafka_error(exc)}; it was not written") from None
+        fut: Future = Future()
+        self._inflight[p].append(_Entry(offset, seq, size, fut, time.monotonic()))
+        self._next_offset[p] = offset + 1
+        self._next_seq = seq + 1
+        self._pending_bytes += size
+        self.stats["appends"] += 1
+        return Ack(p, offset, seq, fut)
+
+    def _check_writable(self) -> None:
+        if self._failed is not None:
+            raise CaptureWriteError(f"capture log on Kafka topic {self.topic!r} failed earlier and must be "
+                                    f"reopened: {self._failed}")
+        if self._stopping or self._closed:
+            raise LogClosedError(f"capture log on Kafka topic {self.topic!r} is closed")
+
+    def _wait_for_room(self, size: int, deadline: float | None) -> None:
+        while self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise BackPressureTimeout(
+                    f"capture log on Kafka: {self._pending_bytes} bytes are waiting for Kafka "
+                    f"(max_pending_bytes {self.max_pending_bytes}); append of {size} bytes timed out")
+            self._room.wait(remaining)
+            self._check_writable()
+
+    def _wait_queue(self, size: int, deadline: float | None) -> None:
+        """librdkafka's queue was full: wait for a delivery (or a short while)."""
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise BackPressureTimeout(
+                f"capture log on Kafka: librdkafka's queue is full ({self._pending_bytes} bytes waiting for "
+                f"Kafka); append of {size} bytes timed out")
+        self._room.wait(0.05 if remaining is None else min(remaining, 0.05))
+        self._check_writable()
+
+    def has_room(self, nbytes: int = 0) -> bool:
+        """True when an append of ``nbytes`` would not wait for Kafka."""
+        with self._lock:
+            return not self._pending_bytes or self._pending_bytes + nbytes <= self.max_pending_bytes
+
+    def wait_for_room(self, nbytes: int = 0, timeout: float | None = None) -> bool:
+        """Block until an append of ``nbytes`` would not wait; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            try:
+                self._wait_for_room(nbytes, deadline)
+            except BackPressureTimeout:
+                return False
+            return True
+
+    # ----------------------------------------------------- flush and close
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything appended so far is in Kafka. Raises
+        CaptureWriteError when the log failed, TimeoutError after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._check_writable()
+            target = list(self._next_offset)
+            while any(d < t for d, t in zip(self._durable, target)):
+                if self._failed is not None:
+                    raise self._failed
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"capture log on Kafka: flush timed out after {timeout} s")
+                self._room.wait(remaining)
+            if self._failed is not None:
+                raise self._failed
+
+    def close(self) -> None:
+        """Wait for every record produced (up to ``kafka.delivery_timeout_ms``),
+        stop the poller, release the data_dir. Idempotent. Appends after
+        close raise LogClosedError."""
+        with self._lock:
+            if self._closed or self._stopping:
+                return
+            self._stopping = True
+            self._room.notify_all()
+        producer = self._producer
+        if producer is not None:
+            if self._failed is not None:
+                producer.purge()
+                producer.flush(5)
+            else:
+                left = producer.flush(self.delivery_timeout_s + 5)
+                if left:
+                    self._fail(f"{left} records were still not delivered when the log closed")
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            stray = [e for q in self._inflight for e in q]
+            for q in self._inflight:
+                q.clear()
+        for e in stray:  # only after a failure: reports of purged records may be lost
+            if not e.future.done():
+                e.future.set_exception(self._failed or LogClosedError("capture log closed before Kafka "
+                                                                      "confirmed the record"))
+        self._producer = None
+        self._release()
+        with self._lock:
+            self._closed = True
+        log.info("capture log on Kafka topic %s closed: %d appends, %d confirmed", self.topic,
+                 self.stats["appends"], self.stats["deliveries"])
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            try:
+                os.close(self._lock_fd)  # closing the lock file releases the flock
+            except OSError:
+                pass
+            self._lock_fd = -1
+
+    def __enter__(self) -> "KafkaCaptureLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def apply_retention(self) -> None:
+        """Kafka applies the topic's own retention; nothing to do here."""
+        return None
+
+    # ------------------------------------------------------------- state
+    @property
+    def failed(self) -> CaptureWriteError | None:
+        """The error that stopped the log, or None."""
+        return self._failed
+
+    def next_offsets(self) -> list[int]:
+        """Per partition, the offset the next append will get."""
+        with self._lock:
+            return list(self._next_offset)
+
+    def durable_offsets(self) -> list[int]:
+        """Per partition, the offset below which Kafka confirmed every record."""
+        with self._lock:
+            return list(self._durable)
+
+    @property
+    def next_seq(self) -> int:
+        with self._lock:
+            return self._next_seq
+
+    def __repr__(self) -> str:
+        return f"KafkaCaptureLog(topic={self.topic!r}, partitions={self.partitions})"
+
+    # ------------------------------------------------------------ poller
+    def _poller(self) -> None:
+        try:
+            while True:
+                self._producer.poll(0.1)
+                if self._delivered:
+                    self._delivered = False
+                    self.stats["commits"] += 1
+                    for fn in self.on_durable:
+                        fn()
+                if self._stopping:
+                    with self._lock:
+                        if self._failed is not None or not any(self._inflight):
+                            return
+        except BaseException as exc:  # a bug must not leave acks hanging forever
+            log.exception("capture log on Kafka: the poller stopped unexpectedly")
+            self._fail(f"the poller stopped: {exc!r}")
+
+    def _on_delivery(self, err, msg) -> None:
+        """librdkafka's delivery report (on the poller thread, or close's flush)."""
+        p = msg.partition()
+        with self._lock:
+            q = self._inflight[p] if 0 <= p < self.partitions else None
+            if not q:
+                if self._failed is not None:
+                    return  # failed already: its futures are resolved
+                reason = f"a delivery report for partition {p} that no record awaits"
+                entry = None
+            else:
+                entry = q.popleft()
+                got = msg.offset()
+                if err is None and got == entry.offset:
+                    self._durable[p] = got + 1
+                    self._pending_bytes -= entry.size
+                    self.stats["deliveries"] += 1
+                    self.stats["bytes"] += entry.size
+                    self._delivered = True
+                    self._room.notify_all()
+                    reason = None
+                elif err is not None:
+                    reason = (f"Kafka did not take the record of partition {p} offset {entry.offset}: "
+                              f"{err.str()}")
+                else:
+                    reason = (f"Kafka put the record of partition {p} at offset {got} where offset "
+                              f"{entry.offset} was predicted [{OFFSET_RULE}]: another producer writes topic "
+                              f"{self.topic!r}; the edge must be its only writer")
+        if reason is None:
+            if self.fsync_latency is not None:
+                self.fsync_latency.observe(time.monotonic() - entry.t0)
+            entry.future.set_result(None)
+        else:
+            self._fail(reason, entry)
+
+    def _on_error(self, err) -> None:
+        if err.fatal():
+            self._fail(f"the Kafka producer hit a fatal error: {err.str()}")
+        else:
+            log.warning("capture log on Kafka (%s): %s", self.config.kafka.bootstrap_servers, err.str())
+
+    def _fail(self, reason: str, entry: _Entry | None = None) -> None:
+        with self._lock:
+            if self._failed is None:
+                self._failed = CaptureWriteError(
+                    f"capture log on Kafka topic {self.topic!r} failed: {reason}; every record appended but not "
+                    "yet confirmed by Kafka fails, and so does every later append (nothing depending on them "
+                    "may be acknowledged); reopen the log")
+            err = self._failed
+            entries = [entry] if entry is not None else []
+            for q in self._inflight:
+                entries.extend(q)
+                q.clear()
+            self._room.notify_all()
+        log.error("capture log on Kafka topic %s: %s; failing %d unconfirmed appends; reopen the log",
+                  self.topic, reason, len(entries))
+        for e in entries:
+            if not e.future.done():
+                e.future.set_exception(err)

@@ -1,0 +1,225 @@
+"""KafkaLogReader: read the capture log on Kafka by offset ranges.
+
+The reading half of :class:`bridge.capture.reader.LogReader` for
+``capture.backend = "kafka"``: partitions, earliest and durable (high
+watermark) offsets, :class:`~bridge.capture.record.Record` objects, and
+Arrow batches in the capture schema (``schemas.capture.CAPTURE_RECORD_DDL``)
+with the same columns the local reader gives for the same records: key,
+value, topic (the Kafka topic's name), partition, offset, timestamp (Kafka
+keeps milliseconds), timestampType 1, and headers (the stored ones, then
+``seq``).
+
+One consumer, assigned a partition at a time, no group and no commits
+(``enable.auto.commit`` false). Offsets must be dense, as the writer
+makes them: a gap raises :class:`CorruptRecordError`. Picklable: holds the
+configuration, and connects on first use.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Iterator
+
+from bridge.capture.errors import CaptureError, CorruptRecordError, LogUnavailableError, OffsetOutOfRangeError
+from bridge.capture.kafka_conf import client_conf
+from bridge.capture.reader import BATCH_BYTES, BATCH_RECORDS, PartitionStats, capture_arrow_schema
+from bridge.capture.record import Record
+from schemas.capture import TIMESTAMP_TYPE_LOG_APPEND
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["KafkaLogReader"]
+
+#: A read that gets no record for this many seconds while records are due fails.
+STALL_S = 30.0
+_SEQ = "seq"
+
+
+class KafkaLogReader:
+    """A read-only view of the capture topic ``config.kafka_topic``."""
+
+    def __init__(self, config, check: bool = True) -> None:
+        self.config = config
+        self.topic = config.kafka_topic
+        self.stream = self.topic
+        self.partitions = config.capture.partitions
+        self._consumer = None  # reads records
+        self._meta = None  # reads offsets (the reading one would answer after its fetch in flight)
+        self._owner: object = None  # the iterator the consumer is assigned for
+        self._lock = threading.RLock()
+        if check:
+            from confluent_kafka.admin import AdminClient
+
+            from bridge.capture.kafka_log import inspect_topic
+
+            inspect_topic(AdminClient(client_conf(config, "admin")), config, create=False)
+
+    def __getstate__(self) -> dict:
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["config"], check=False)
+
+    def __repr__(self) -> str:
+        return f"KafkaLogReader(topic={self.topic!r}, partitions={self.partitions})"
+
+    def _conn(self, meta: bool = False):
+        name = "_meta" if meta else "_consumer"
+        c = getattr(self, name)
+        if c is None:
+            from confluent_kafka import Consumer
+
+            c = Consumer(client_conf(self.config, "consumer"))
+            setattr(self, name, c)
+        return c
+
+    def close(self) -> None:
+        with self._lock:
+            for name in ("_consumer", "_meta"):
+                c = getattr(self, name)
+                if c is not None:
+                    c.close()
+                    setattr(self, name, None)
+            self._owner = None
+
+    def __enter__(self) -> "KafkaLogReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- offsets
+    def _watermarks(self) -> list[tuple[int, int]]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        out = []
+        with self._lock:
+            c = self._conn(meta=True)
+            for p in range(self.partitions):
+                try:
+                    out.append(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10))
+                except KafkaException as exc:
+                    raise LogUnavailableError(
+                        f"capture log on Kafka: could not read the offsets of topic {self.topic!r} partition {p} "
+                        f"at kafka.bootstrap_servers = {self.config.kafka.bootstrap_servers!r}: {exc}") from None
+        return out
+
+    def earliest_offsets(self) -> list[int]:
+        """Per partition, the first offset still in the topic."""
+        return [lo for lo, _hi in self._watermarks()]
+
+    def durable_offsets(self) -> list[int]:
+        """Per partition, the high watermark: every replica in sync has the records below it."""
+        return [hi for _lo, hi in self._watermarks()]
+
+    def stats(self) -> list[PartitionStats]:
+        """Per partition: first and next offsets and the record count (bytes
+        and segments are Kafka's business: 0; no committed offsets)."""
+        return [PartitionStats(p, lo, hi, hi - lo, 0, 0, {}) for p, (lo, hi) in enumerate(self._watermarks())]
+
+    # ------------------------------------------------------------- reading
+    def _messages(self, p: int, start: int, end: int, chunk: int = 500) -> Iterator[list]:
+        """Lists of the messages with start <= offset < end, in offset order."""
+        from confluent_kafka import TopicPartition
+
+        if not 0 <= p < self.partitions:
+            raise ValueError(f"capture log has partitions 0-{self.partitions - 1}, not {p}")
+        if start >= end:
+            return
+        lo, hi = self._watermarks()[p]
+        if start < lo or end > hi:
+            raise OffsetOutOfRangeError(p, start, end, lo, hi)
+        token = object()
+        want = start
+        last_progress = time.monotonic()
+        while want < end:
+            with self._lock:
+                c = self._conn()
+                if self._owner is not token:  # first time, or another read took the consumer meanwhile
+                    c.assign([TopicPartition(self.topic, p, want)])
+                    self._owner = token
+                msgs = c.consume(min(chunk, end - want), timeout=0.5)
+            out = []
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    raise CaptureError(f"capture log on Kafka: reading topic {self.topic!r} partition {p} "
+                                       f"at offset {want}: {err.str()}")
+                o = m.offset()
+                if m.partition() != p or o < want:
+                    continue
+                if o != want:
+                    raise CorruptRecordError(p, want, f"kafka topic {self.topic}", 0,
+                                             f"offset {o} where {want} was expected (offsets must be dense)")
+                if o >= end:
+                    break
+                out.append(m)
+                want = o + 1
+            if out:
+                last_progress = time.monotonic()
+                yield out
+            elif time.monotonic() - last_progress > STALL_S:
+                raise LogUnavailableError(f"capture log on Kafka: no record of topic {self.topic!r} partition "
+                                          f"{p} from offset {want} within {STALL_S:g} s")
+
+    def records(self, partition: int, start: int, end: int) -> Iterator[Record]:
+        """Decoded records with start <= offset < end."""
+        for msgs in self._messages(partition, start, end):
+            for m in msgs:
+                yield _record(m, partition)
+
+    def arrow_batches(self, partition: int, start: int, end: int, batch_records: int = BATCH_RECORDS,
+                      batch_bytes: int = BATCH_BYTES) -> Iterator["pa.RecordBatch"]:
+        """Records with start <= offset < end as Arrow record batches in the
+        capture schema, as :meth:`LogReader.arrow_batches` gives them."""
+        import pyarrow as pa
+
+        schema = capture_arrow_schema()
+        htype = schema.field("headers").type
+        rows: list = []
+        nbytes = 0
+
+        def batch() -> "pa.RecordBatch":
+            n = len(rows)
+            first = rows[0][0]
+            return pa.RecordBatch.from_arrays([
+                pa.array([r[1] for r in rows], pa.binary()),
+                pa.array([r[2] for r in rows], pa.binary()),
+                pa.repeat(pa.scalar(self.stream, pa.string()), n),
+                pa.repeat(pa.scalar(partition, pa.int32()), n),
+                pa.array(range(first, first + n), pa.int64()),
+                pa.array([r[3] for r in rows], pa.timestamp("us", tz="UTC")),
+                pa.repeat(pa.scalar(TIMESTAMP_TYPE_LOG_APPEND, pa.int32()), n),
+                pa.array([r[4] for r in rows], htype),
+            ], schema=schema)
+
+        for msgs in self._messages(partition, start, end, chunk=min(batch_records, 1000)):
+            for m in msgs:
+                key = m.key() or b""
+                value = m.value() or b""
+                hs = m.headers() or []
+                rows.append((m.offset(), key, value, m.timestamp()[1] * 1000,
+                             [{"key": k, "value": v or b""} for k, v in hs]))
+                nbytes += len(key) + len(value)
+                if len(rows) >= batch_records or nbytes >= batch_bytes:
+                    yield batch()
+                    rows, nbytes = [], 0
+        if rows:
+            yield batch()
+
+
+def _record(m, partition: int) -> Record:
+    stored = []
+    seq = None
+    for k, v in m.headers() or ():
+        if k == _SEQ:
+            seq = int(v)
+        else:
+            stored.append((k, v or b""))
+    if seq is None:
+        raise CorruptRecordError(partition, m.offset(), "kafka topic " + m.topic(), 0,
+                                 "no seq header: not a record lakegate wrote")
+    return Record(partition=partition, offset=m.offset(), seq=seq, timestamp_us=m.timestamp()[1] * 1000,
+                  key=m.key() or b"", value=m.value() or b"", stored_headers=tuple(stored))
