@@ -77,13 +77,14 @@ counters, set up in ``__init__``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 import time
 from concurrent.futures import Future
 
-from bridge.capture import CaptureLog, LogReader
-from bridge.capture.errors import CaptureError
+from bridge.capture import CaptureLog, open_capture_log, open_reader
+from bridge.capture.errors import CaptureError, RecordTooLargeError
 from bridge.config import Config, ConfigError
 from bridge.edge import rules as edge_rules
 from bridge.edge.acks import DurableAcks, ForwardWaiter
@@ -109,6 +110,10 @@ from bridge.edge.state import SessionStore
 from bridge.edge.thread import EdgeThread
 
 __all__ = ["EdgeServer", "EdgeThread", "ForwardWaiter"]
+
+#: bytes a capture record may need beyond its frame (client id as key, headers)
+#: when the log limits records (``_fit_packets_to_records``)
+RECORD_HEADROOM = 4096
 
 log = logging.getLogger("bridge.edge")
 
@@ -232,7 +237,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                                   edge.auth_max_pending_per_address, edge.auth_failure_backoff_s,
                                   self.loop.call_soon_threadsafe)
         if self.log is None:
-            self.log = await asyncio.to_thread(CaptureLog.open, cfg.capture_dir, cfg.capture)
+            self.log = await asyncio.to_thread(open_capture_log, cfg)  # local files or Kafka (capture.backend)
+        self._fit_packets_to_records()
         # the event loop releases the GIL at every socket call: appends need
         # not yield it to the capture log's flusher
         self.log.yield_to_flusher = False
@@ -244,7 +250,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         t0 = time.monotonic()
         end = self.log.next_offsets()
         self.store, owed_wills, replayed = await asyncio.to_thread(
-            recover, cfg.edge_state_dir, LogReader(self.log.root), end, self.log.stream,
+            recover, cfg.edge_state_dir, open_reader(cfg), end, self.log.stream,
             self.router, time.time() - self.loop.time(), edge.max_inflight_messages)
         self._configure_store()
         self._expire_sessions()
@@ -385,6 +391,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                 try:
                     acks = self.log.append_many(conn.conn_id, key, [
                         (c.frame, c.headers) for c in actions[i - 1:j]])
+                except RecordTooLargeError as exc:  # this record only: the log is fine
+                    self._too_large(conn, exc)
+                    return
                 except CaptureError as exc:
                     self.log_failed(exc)
                     conn.session.close_reason = f"capture log failed [{edge_rules.CAPTURE_FAILED}]"
@@ -398,6 +407,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                 try:
                     ack = append(conn.conn_id, key, a.frame,
                                  a.headers if a.release is None else a.final_headers())
+                except RecordTooLargeError as exc:  # this record only: the log is fine
+                    self._too_large(conn, exc)
+                    return
                 except CaptureError as exc:
                     self.log_failed(exc)
                     conn.session.close_reason = f"capture log failed [{edge_rules.CAPTURE_FAILED}]"
@@ -458,6 +470,32 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                     c.resume("log")
                     # the edge stopped reading, not the client: its frame's clock restarts
                     c.partial_since = max(c.partial_since, now)
+
+    def _fit_packets_to_records(self) -> None:
+        """A capture log with a record size limit (Kafka: the topic's
+        ``max.message.bytes``): the Maximum Packet Size the edge allows and
+        advertises stays below it, so that a larger PUBLISH is refused as
+        too large for the edge (MQTT 5: 0x95 Packet too large) before it is
+        accepted, never failed at the log."""
+        cap = getattr(self.log, "max_record_bytes", None)
+        if cap is None or self.limits.max_packet_bytes <= cap - RECORD_HEADROOM:
+            return
+        fit = max(1024, cap - RECORD_HEADROOM)
+        log.info("edge: Maximum Packet Size %d bytes, not edge.max_packet_bytes = %d: a capture record may be at "
+                 "most %d bytes (%s), and headers and client id need up to %d [LG-capture-kafka-too-large]",
+                 fit, self.limits.max_packet_bytes, cap, getattr(self.log, "_limit_what", "the log's limit"),
+                 RECORD_HEADROOM)
+        self.limits = dataclasses.replace(self.limits, max_packet_bytes=fit)
+
+    def _too_large(self, conn: Connection, exc: RecordTooLargeError) -> None:
+        """A record the log refuses for its size (a frame within the Maximum
+        Packet Size whose headers or client id made it too large): that
+        connection closes with the rule; nothing of it was acknowledged."""
+        log.warning("%s client=%s: a capture record of %d bytes is over the log's limit of %d [%s]; closing the "
+                    "connection", conn.conn_id, conn.session.client_id, exc.size, exc.limit, exc.rule)
+        conn.session.close_reason = f"capture record too large [{exc.rule}]"
+        if conn.transport is not None:
+            conn.transport.abort()
 
     def log_failed(self, exc: BaseException) -> None:
         """The capture log cannot write: nothing more may be acknowledged.

@@ -4,6 +4,7 @@ with a temporary data directory, and a raw MQTT client over a socket."""
 from __future__ import annotations
 
 import socket
+import uuid
 
 import pytest
 
@@ -69,21 +70,54 @@ class RawClient:
         return self.send(encode(packet, level))
 
 
-def wait_records(capture_dir, predicate, count: int, timeout: float = 10.0) -> list:
-    """Poll the capture log until ``count`` records satisfy ``predicate``."""
+def wait_records(where, predicate, count: int, timeout: float = 10.0) -> list:
+    """Poll the capture log until ``count`` records satisfy ``predicate``
+    (``where``: a capture directory, or a Config: see ``read_log``)."""
     def ready():
-        recs = [r for r in read_log(capture_dir) if predicate(r)]
+        recs = [r for r in read_log(where) if predicate(r)]
         return recs if len(recs) >= count else None
     return wait_for(ready, timeout, f"{count} capture records")
 
 
+def pytest_generate_tests(metafunc):
+    """A test module that sets ``CAPTURE_BACKENDS = ("local", "kafka")`` runs
+    each of its tests that starts an edge on both capture logs (a parameter,
+    not copies): ``capture_backend`` below."""
+    backends = getattr(metafunc.module, "CAPTURE_BACKENDS", None)
+    if backends and "capture_backend" in metafunc.fixturenames:
+        metafunc.parametrize("capture_backend", backends, indirect=True)
+
+
 @pytest.fixture
-def edge_config(tmp_path):
-    """A function: overrides -> Config on a fresh data dir, ephemeral port."""
+def capture_backend(request):
+    """The capture log the test's edges use: "local" (the default), or
+    "kafka" (the real Kafka of scripts/services, a topic of the test's own,
+    deleted after it)."""
+    backend = getattr(request, "param", "local")
+    if backend == "local":
+        yield []
+        return
+    bootstrap = request.getfixturevalue("kafka")
+    topic = f"lg-edge-{uuid.uuid4().hex[:10]}"
+    yield ["capture.backend=kafka", f"kafka.bootstrap_servers={bootstrap}", f"kafka.topic={topic}",
+           "kafka.create_topic=true"]
+    from confluent_kafka.admin import AdminClient
+
+    for fut in AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic]).values():
+        try:
+            fut.result(10)
+        except Exception:  # noqa: BLE001 - not created (the edge never started): nothing to delete
+            pass
+
+
+@pytest.fixture
+def edge_config(tmp_path, capture_backend):
+    """A function: overrides -> Config on a fresh data dir, ephemeral port
+    (and the test's capture backend)."""
     def make(*overrides: str, data_dir=None):
         d = data_dir or tmp_path / "data"
         return load_config(None, [f"data_dir={d}", "edge.port=0", "capture.fsync_interval_ms=2",
-                                  *overrides], env={})
+                                  *capture_backend, *overrides], env={})
     return make
 
 

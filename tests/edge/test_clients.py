@@ -100,7 +100,7 @@ def test_paho_v5_topic_aliases_resolve_into_alias_topic(edge):
         assert info.is_published()
     c.disconnect()
     c.loop_stop()
-    pubs = _publishes(wait_records(edge.config.capture_dir,
+    pubs = _publishes(wait_records(edge.config,
                                    lambda r: r.key == b"alias-client" and r.value[0] >> 4 == 3, 4),
                       b"alias-client")
     assert [p.payload for _r, p in pubs] == [b"a0", b"a1", b"a2", b"a3"]
@@ -118,7 +118,7 @@ def test_mosquitto_pub(edge, version, level, qos):
     if level == 5:
         args += ["-D", "publish", "user-property", "a", "b"]
     subprocess.run(args, check=True, timeout=20, capture_output=True)
-    recs = wait_records(edge.config.capture_dir, lambda r: r.key == cid.encode(), 2)
+    recs = wait_records(edge.config, lambda r: r.key == cid.encode(), 2)
     pubs = _publishes(recs, cid.encode())
     assert len(pubs) == 1
     r, p = pubs[0]
@@ -128,5 +128,5 @@ def test_mosquitto_pub(edge, version, level, qos):
     if level == 5:
         assert p.properties.user_properties == [("a", "b")]
     assert isinstance(p, Publish)
-    wait_for(lambda: any(x.value[0] == 0xE0 for x in read_log(edge.config.capture_dir)
+    wait_for(lambda: any(x.value[0] == 0xE0 for x in read_log(edge.config)
                          if x.key == cid.encode()), what="DISCONNECT record")

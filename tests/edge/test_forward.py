@@ -42,7 +42,7 @@ def test_puback_waits_for_the_forwarded_mark(fwd_edge):
     c = RawClient(fwd_edge.port)
     assert c.connect(4, client_id="f1") == b"\x20\x02\x00\x00"
     c.publish(4, topic="t", qos=1, packet_id=1).publish(4, topic="t", qos=1, packet_id=2)
-    recs = wait_records(fwd_edge.config.capture_dir,
+    recs = wait_records(fwd_edge.config,
                         lambda r: r.key == b"f1" and r.value[0] == 0x32, 2)
     assert _silent(c)  # durable, but not forwarded yet
     _marks(fwd_edge).record(recs[0].partition, recs[0].offset)
@@ -56,14 +56,14 @@ def test_qos2_pubrec_and_pubcomp_wait_for_publish_and_pubrel(fwd_edge):
     c = RawClient(fwd_edge.port)
     c.connect(5, client_id="f2")
     c.publish(5, topic="q", qos=2, packet_id=9)
-    (pub,) = wait_records(fwd_edge.config.capture_dir,
+    (pub,) = wait_records(fwd_edge.config,
                           lambda r: r.key == b"f2" and r.value[0] == 0x34, 1)
     assert _silent(c)
     marks = _marks(fwd_edge)
     marks.record(pub.partition, pub.offset)
     assert c.packet() == b"\x50\x02\x00\x09"
     c.send(b"\x62\x02\x00\x09")
-    (rel,) = wait_records(fwd_edge.config.capture_dir, lambda r: r.key == b"f2" and r.value[0] == 0x62,
+    (rel,) = wait_records(fwd_edge.config, lambda r: r.key == b"f2" and r.value[0] == 0x62,
                           1)
     assert _silent(c)
     marks.record(rel.partition, rel.offset)

@@ -27,7 +27,7 @@ def test_puback_only_after_the_record_is_durable(edge, raw):
     c.publish(4, topic="t", payload=b"p1", qos=1, packet_id=3)
     assert c.packet() == b"\x40\x02\x00\x03"
     # The PUBACK is out, so the record is durable: a reader sees it right now.
-    recs = [r for r in read_log(edge.config.capture_dir) if r.key == b"d1"]
+    recs = [r for r in read_log(edge.config) if r.key == b"d1"]
     assert [r.value[0] for r in recs] == [0x10, 0x32]
 
 
@@ -45,7 +45,7 @@ def test_will_is_captured_when_the_connection_drops(edge, raw):
     will = Will("dev/w", b"gone", 1, True, Properties(content_type="text/plain"))
     c.connect(5, client_id="wd", will=will)
     c.close()
-    (w,) = wait_records(edge.config.capture_dir, lambda r: headers_of(r).get("origin") == b"will", 1)
+    (w,) = wait_records(edge.config, lambda r: headers_of(r).get("origin") == b"will", 1)
     p, _ = decode_packet(w.value, 5)
     assert (p.topic, p.payload, p.qos, p.retain) == ("dev/w", b"gone", 1, True)
     assert p.properties.content_type == "text/plain" and w.key == b"wd"
@@ -65,7 +65,7 @@ def test_will_delay_is_cancelled_when_the_session_resumes(edge, raw):
     assert c2.packet() == b"\xd0\x00"
     edge.call(lambda: None)
     assert not edge.server.pending_wills  # the resumed session cancelled it
-    assert not [r for r in read_log(edge.config.capture_dir) if headers_of(r).get("origin") == b"will"]
+    assert not [r for r in read_log(edge.config) if headers_of(r).get("origin") == b"will"]
 
 
 def test_mqtt_3_1_4_3_session_taken_over(edge, raw):
@@ -74,7 +74,7 @@ def test_mqtt_3_1_4_3_session_taken_over(edge, raw):
     b = raw()
     assert b.connect(5, client_id="same")[3] == 0
     assert a.packet() == b"\xe0\x01\x8e" and a.closed()
-    wait_records(edge.config.capture_dir, lambda r: headers_of(r).get("origin") == b"will", 1)
+    wait_records(edge.config, lambda r: headers_of(r).get("origin") == b"will", 1)
     b.send(b"\xc0\x00")
     assert b.packet() == b"\xd0\x00"
 
@@ -91,7 +91,7 @@ def test_second_connect_and_malformed_frames_close_and_are_recorded(edge, raw):
     c.connect(4, client_id="bad")
     c.send(bytes.fromhex("300E00052B6F7069637061796C6F6164"))  # wildcard in the topic
     assert c.closed()
-    (r,) = wait_records(edge.config.capture_dir, lambda r: "reject" in headers_of(r), 1)
+    (r,) = wait_records(edge.config, lambda r: "reject" in headers_of(r), 1)
     h = headers_of(r)
     assert h["reject"] == b"MQTT-3.3.2-2" and h["reject_code"] == b"129"
     assert h["reject_error"].startswith(b"[MQTT-3.3.2-2] ") and r.key == b"bad"
@@ -123,7 +123,7 @@ def test_persistent_qos2_state_survives_a_graceful_restart(run_edge, edge_config
     assert c2.connect(4, client_id="durable", clean_start=False) == b"\x20\x02\x01\x00"
     c2.send(b"\x62\x02\x00\x4d")
     assert c2.packet() == b"\x70\x02\x00\x4d"
-    rel = wait_records(cfg.capture_dir, lambda r: r.value[:1] == b"\x62", 1)[0]
+    rel = wait_records(cfg, lambda r: r.value[:1] == b"\x62", 1)[0]
     assert headers_of(rel)["rel_topic"] == b"q2/topic"
     c2.close()
 
@@ -139,7 +139,7 @@ def test_graceful_shutdown_disconnects_v5_with_0x8b(run_edge):
     e.stop()
     assert c5.packet() == b"\xe0\x01\x8b" and c5.closed()
     assert c4.closed()
-    recs = read_log(e.config.capture_dir)
+    recs = read_log(e.config)
     assert any(headers_of(r).get("origin") == b"will" for r in recs)
     assert (e.config.edge_state_dir / "sessions.json").exists()
 
@@ -165,9 +165,9 @@ def test_mqtt_3_1_4_2_password_file(run_edge, passwords, level, good, bad, anony
     assert RawClient(e.port).connect(level, client_id="a3", username="mallory",
                                      password=b"wonderland") == bad
     assert RawClient(e.port).connect(level, client_id="a4") == anonymous
-    wait_for(lambda: len([r for r in read_log(e.config.capture_dir) if "reject" in headers_of(r)])
+    wait_for(lambda: len([r for r in read_log(e.config) if "reject" in headers_of(r)])
              == 3, what="3 refused CONNECT records")
-    for r in read_log(e.config.capture_dir):
+    for r in read_log(e.config):
         assert b"wonderland" not in r.value and b"guess" not in r.value
     e.stop()
     text = caplog.text
@@ -194,7 +194,7 @@ def test_back_pressure_keeps_every_acknowledged_message(run_edge):
     c.send(b"".join(publish(4, topic="bp", payload=b"x" * 200, qos=1, packet_id=i % 65535 + 1)
                     for i in range(n)))
     assert len(b"".join(c.packet() for _ in range(n))) == 4 * n
-    recs = wait_records(e.config.capture_dir, lambda r: r.key == b"bp" and r.value[0] == 0x32, n)
+    recs = wait_records(e.config, lambda r: r.key == b"bp" and r.value[0] == 0x32, n)
     assert len(recs) == n
 
 
@@ -240,7 +240,7 @@ def test_tls_listener(run_edge, tls_files):
                 assert chunk
                 data += chunk
             assert data == CONNACK_OK + b"\x40\x02\x00\x02"
-    recs = wait_records(e.config.capture_dir, lambda r: r.key == b"tls-dev", 2)
+    recs = wait_records(e.config, lambda r: r.key == b"tls-dev", 2)
     assert recs[0].value[0] == 0x10
 
 

@@ -651,7 +651,7 @@ def test_mqtt_4_4_0_1_unacknowledged_resent_with_dup_and_same_ids_on_reconnect(
     assert again.packet() == b"\x62\x02" + two.packet_id.to_bytes(2, "big")
     again.send(b"\x70\x02" + two.packet_id.to_bytes(2, "big"))
     _quiet(again)
-    acks = wait_records(edge.config.capture_dir,
+    acks = wait_records(edge.config,
                         lambda r: r.key == cid.encode() and "ack_ref" in headers_of(r), 6)
     assert len(acks) == 6  # PUBREC, PUBACK, PUBREC, PUBCOMP, PUBACK, PUBCOMP with ack_ref
 
@@ -954,7 +954,7 @@ def _mosquitto_sub(port: int, count: int, client_id: str, version: str) -> subpr
 
 def _subscribed(edge, client_id: str, times: int) -> None:
     """Wait until ``client_id``'s ``times``-th SUBSCRIBE is in the capture log."""
-    wait_records(edge.config.capture_dir,
+    wait_records(edge.config,
                  lambda r: r.key == client_id.encode() and r.value[0] == 0x82, times)
 
 
@@ -1023,7 +1023,7 @@ def test_invalid_filter_closes_the_connection(edge, raw, clients, tf, level, rul
     if level == 5:
         assert c.packet() == bytes((0xE0, 1, RULES[rule].reason_code))
     assert c.closed()
-    rec = wait_records(edge.config.capture_dir,
+    rec = wait_records(edge.config,
                        lambda r: r.key == f"bad-{level}".encode()
                        and headers_of(r).get("reject") is not None, 1)[0]
     assert headers_of(rec)["reject"] == rule.encode()

@@ -3,7 +3,9 @@ without sockets, frame builders, and a capture-log reader."""
 
 from __future__ import annotations
 
-from bridge.capture import LogReader
+from pathlib import Path
+
+from bridge.capture import LogReader, open_reader
 from bridge.edge.session import (
     Capture, Close, ConnectRequest, Limits, Notice, Send, Session, WillMessage,
 )
@@ -37,9 +39,11 @@ def headers_of(record) -> dict[str, bytes]:
     return out
 
 
-def read_log(capture_dir) -> list:
-    """Every durable record of a capture log, in capture-sequence order."""
-    reader = LogReader(capture_dir)
+def read_log(where) -> list:
+    """Every durable record of a capture log, in capture-sequence order:
+    ``where`` a capture directory, or a Config (its ``capture.backend``:
+    local files or a Kafka topic)."""
+    reader = LogReader(where) if isinstance(where, (str, Path)) else open_reader(where)
     durable = reader.durable_offsets()
     recs = [r for p in range(reader.partitions) for r in reader.records(p, 0, durable[p])]
     return sorted(recs, key=lambda r: r.seq)

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 
-from bridge.capture import LogReader
+from bridge.capture import open_reader
 from bridge.edge.retained.store import RetainedStore
 
 __all__ = ["RetainedServing"]
@@ -29,7 +29,7 @@ class RetainedServing:
         store = RetainedStore(cfg.tables_dir / "retained", self.log.stream,
                               time.time() - self.loop.time(), self.edge.retained_cache_bytes)
         store.swap(await asyncio.to_thread(store.load))
-        reader = LogReader(self.log.root)
+        reader = open_reader(cfg)
         start = store.start_offsets(reader.earliest_offsets())
         read = await asyncio.to_thread(store.replay_log, reader, start, self.log.next_offsets())
         self.retained = self.router.retained = store
