@@ -133,6 +133,13 @@ class Config:
         return (Path(base) if base else defaults_dir()).joinpath(Path(self.data_dir).expanduser()).resolve()
 
     @property
+    def capture_stream(self) -> str:
+        """The capture log's name as its records and marks carry it: on Kafka
+        the topic (Spark's Kafka source gives it as ``topic``), else
+        ``capture.stream``."""
+        return self.kafka_topic if self.capture.backend == "kafka" else self.capture.stream
+
+    @property
     def kafka_topic(self) -> str:
         """The capture log's Kafka topic (``capture.backend = "kafka"``):
         ``kafka.topic``, else ``capture.stream``."""

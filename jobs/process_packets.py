@@ -3,7 +3,8 @@
     spark-submit --properties-file conf/spark-defaults.conf \
         jobs/process_packets.py --config conf/lakegate.toml [--set KEY=VALUE ...] [--once]
 
-Capture log -> parse -> Delta tables (messages, retained, quarantine) -> AMQP
+Capture log (``capture.backend``: the local log, or a Kafka topic read with
+Spark's Kafka source) -> parse -> Delta tables (messages, retained, quarantine) -> AMQP
 forwarding, with its checkpoint under data_dir. All logic lives in the
 package (bridge.job.pipeline); this file only parses arguments, builds the
 session and runs the job. Exit codes as ``lakegate process``: 0, 1 when the
@@ -38,6 +39,15 @@ except (ConfigError, JavaMissing, ExecutorPythonError) as exc:  # JarsUnusable i
     msg = str(exc)
     print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
     sys.exit(2)
+if config.capture.backend == "kafka":  # Spark's Kafka source (.jvm/lib/kafka, spark.jars) must be there
+    from bridge.spark.kafka_source import require_kafka_source
+
+    try:
+        require_kafka_source(spark, config)
+    except ConfigError as exc:
+        print(f"lakegate: {exc}", file=sys.stderr)
+        shutdown(spark)
+        sys.exit(2)
 try:
     code = run_job(spark, config, once=args.once)
 finally:

@@ -143,7 +143,7 @@ class LiveForwarder:
         if not config.amqp.url:
             raise ValueError("amqp.url is empty: forwarding is off")
         self.config = config
-        self.stream = config.capture.stream
+        self.stream = config.capture_stream
         self._reader = None
         self.marks = ForwardedOffsets(config.data_path, self.stream)
         self.stats = LiveStats()
@@ -252,9 +252,9 @@ class LiveForwarder:
     def reader(self):
         """The capture log's reader, opened on first use (the edge creates the log when it starts)."""
         if self._reader is None:
-            from bridge.capture import LogReader
+            from bridge.capture import open_reader
 
-            self._reader = LogReader(self.config.capture_dir)
+            self._reader = open_reader(self.config)  # local files or the Kafka topic
         return self._reader
 
     def _cursors(self) -> dict[int, int]:

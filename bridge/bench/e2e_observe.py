@@ -233,7 +233,7 @@ class JobProbe(Probe):
         if self.live:
             from bridge.amqp.forwarded import ForwardedOffsets
 
-            behind = max(behind, ForwardedOffsets(self.config.data_path, self.config.capture.stream).behind(ends))
+            behind = max(behind, ForwardedOffsets(self.config.data_path, self.config.capture_stream).behind(ends))
         return new, behind
 
     def reset(self) -> None:

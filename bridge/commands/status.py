@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 
 from bridge.config import Config
 
@@ -34,7 +35,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
     failure = current_failure(config.data_path, last)
     batch, end = committed_offsets(checkpoint_path(config))
     log_end: dict[str, int] = {}
-    if (config.capture_dir / "meta.json").exists():
+    if config.capture.backend == "kafka":
+        from bridge.capture import open_reader
+        from bridge.capture.errors import CaptureError
+
+        try:
+            log_end = {str(p): n for p, n in enumerate(open_reader(config).durable_offsets())}
+        except CaptureError as exc:  # Kafka not answering: said, and the rest of the status still shown
+            print(f"lakegate status: the capture log on Kafka: {exc}", file=sys.stderr)
+    elif (config.capture_dir / "meta.json").exists():
         log_end = {str(p): n for p, n in enumerate(LogReader(config.capture_dir).durable_offsets())}
     now_lag = lag(end, log_end) if log_end else None
     live = _live(config, log_end)
@@ -78,6 +87,6 @@ def _live(config: Config, log_end: dict[str, int]) -> dict | None:
     st = read_live_status(config.data_path)
     if st is None:
         return None
-    behind = ForwardedOffsets(config.data_path, config.capture.stream).behind(log_end)
+    behind = ForwardedOffsets(config.data_path, config.capture_stream).behind(log_end)
     return {**{k: st.get(k, 0) for k in ("forwarded", "expired", "unforwardable", "records", "cycles")},
             "behind": behind, "time": st.get("time")}

@@ -87,17 +87,41 @@ def _last_offsets(table) -> dict[int, int]:
             if p is not None and o is not None}
 
 
+def _kafka_last(checkpoint: Path, batch_id: int, last: dict[int, int]) -> dict[int, int]:
+    """A Kafka batch's highest offset per partition as coverage counts it:
+    its end offsets in the offset log minus one (the batch read everything
+    below them: records the frame rows leave out, a subscriber's PUBACK
+    runs, and offsets Kafka gives no record, transaction markers, count as
+    covered), at least the highest offset among its rows (``last``); only
+    ``last`` when the offset log cannot be read."""
+    try:
+        ends = {int(p): int(o) - 1 for p, o in offset_log_entry(checkpoint, batch_id).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return last
+    out = dict(last)
+    for p, o in ends.items():
+        if o > out.get(p, -1):
+            out[p] = o
+    return out
+
+
 def offset_log_entry(checkpoint: str | Path, batch_id: int) -> dict[str, int]:
     """The source's end offsets of micro-batch ``batch_id`` in Spark's offset
     log (``<checkpoint>/offsets/<id>``: ``v1``, the batch metadata, then one
-    line per source; ours is ``{"<partition>": <offset>, ...}``; ``-`` or
-    nothing: {}). Raises OSError/ValueError when the entry cannot be read.
-    The one reader of that file (``bridge.job.progress.committed_offsets``
-    uses it too)."""
+    line per source; ours is ``{"<partition>": <offset>, ...}``, Spark's
+    Kafka source's ``{"<topic>": {"<partition>": <offset>}}`` is flattened to
+    that; ``-`` or nothing: {}). Raises OSError/ValueError when the entry
+    cannot be read. The one reader of that file
+    (``bridge.job.progress.committed_offsets`` uses it too)."""
     lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
     if len(lines) <= 2 or lines[2] in ("-", ""):
         return {}
-    return json.loads(lines[2])
+    doc = json.loads(lines[2])
+    if isinstance(doc, dict) and any(isinstance(v, dict) for v in doc.values()):
+        from bridge.spark.kafka_source import partition_offsets
+
+        return partition_offsets(doc)
+    return doc
 
 
 def batch_records(checkpoint: str | Path, batch_id: int) -> int | None:
@@ -354,7 +378,10 @@ class BatchStep:
         per partition."""
         from bridge.tables.coverage import coverage_metadata, covered_offsets
 
-        stream = self.config.capture.stream
+        kafka = self.config.capture.backend == "kafka"
+        stream = self.config.capture_stream
+        if kafka:
+            last = _kafka_last(self.checkpoint, batch_id, last)
         if self._covered is None:
             try:
                 self._covered = covered_offsets(self.engine.history("retained", 100), stream) or {}
@@ -376,7 +403,7 @@ class BatchStep:
             return
         from bridge.amqp.forwarded import ForwardedOffsets
 
-        marks = ForwardedOffsets(self.config.data_path, self.config.capture.stream)
+        marks = ForwardedOffsets(self.config.data_path, self.config.capture_stream)
         for partition, offset in last.items():
             marks.record(partition, offset)
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from bridge.config import Config
+from bridge.config import Config, ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,7 +75,7 @@ def progress_listener(spark: "SparkSession", config: Config) -> "ProgressListene
     """The progress listener of ``config``'s checkpoint on ``spark``: registered
     on first use, the same object afterwards (one listener however often the
     query restarts)."""
-    from bridge.capture import LogReader
+    from bridge.capture import open_reader
     from bridge.job.progress import ProgressListener
 
     checkpoint = checkpoint_path(config)
@@ -83,9 +83,14 @@ def progress_listener(spark: "SparkSession", config: Config) -> "ProgressListene
         for s, listener in _listeners:
             if s is spark and listener.checkpoint == checkpoint:
                 return listener
-        reader = LogReader(config.capture_dir)
-        listener = ProgressListener(config.data_path, checkpoint=checkpoint, log_end=lambda: {
-            str(p): n for p, n in enumerate(reader.durable_offsets())})
+        readers: list = []  # opened on first use: the local log's durable ends, or the topic's high watermarks
+
+        def log_end() -> dict[str, int]:  # raising: the progress line says lag -1
+            if not readers:
+                readers.append(open_reader(config))
+            return {str(p): n for p, n in enumerate(readers[0].durable_offsets())}
+
+        listener = ProgressListener(config.data_path, checkpoint=checkpoint, log_end=log_end)
         spark.streams.addListener(listener)
         _listeners.append((spark, listener))
         return listener
@@ -116,19 +121,25 @@ def start_query(spark: "SparkSession", config: Config, *, once: bool = False,
     from bridge.spark.delta import make_engine
     from schemas.capture import CAPTURE_RECORD_DDL
 
-    register(spark)
-    config.capture_dir.mkdir(parents=True, exist_ok=True)
-    options = {"startingOffsets": "earliest", "maxRecordsPerTrigger": str(config.job.max_records_per_trigger)}
-    # The schema given: without it, load() starts a Python worker to ask the
-    # source for it (1.5 s of `lakegate run`'s start-up, measured). That
-    # worker also checked the options and the capture log; the driver checks
-    # them here instead (SourceOptionError, e.g. no capture log yet).
-    parse_options({**options, "path": str(config.capture_dir)})
-    records = (
-        spark.readStream.format("lakegate").schema(CAPTURE_RECORD_DDL)
-        .options(**options)
-        .load(str(config.capture_dir))
-    )
+    if config.capture.backend == "kafka":
+        from bridge.spark.kafka_source import read_capture_stream
+
+        # Spark's own Kafka source, rows of the same schema (bridge.spark.kafka_source)
+        records = read_capture_stream(spark, config)
+    else:
+        register(spark)
+        config.capture_dir.mkdir(parents=True, exist_ok=True)
+        options = {"startingOffsets": "earliest", "maxRecordsPerTrigger": str(config.job.max_records_per_trigger)}
+        # The schema given: without it, load() starts a Python worker to ask the
+        # source for it (1.5 s of `lakegate run`'s start-up, measured). That
+        # worker also checked the options and the capture log; the driver checks
+        # them here instead (SourceOptionError, e.g. no capture log yet).
+        parse_options({**options, "path": str(config.capture_dir)})
+        records = (
+            spark.readStream.format("lakegate").schema(CAPTURE_RECORD_DDL)
+            .options(**options)
+            .load(str(config.capture_dir))
+        )
     engine = make_engine(config, spark)
     engine.ensure()
     checkpoint = checkpoint_path(config)
@@ -215,7 +226,7 @@ def run_job(spark: "SparkSession", config: Config, *, once: bool = False,
         except PySparkException as exc:  # one line, not Spark's layers of traceback
             log.error("job cannot start: %s", root_cause(str(exc))[:500])
             return 1
-        except SourceOptionError as exc:  # e.g. no capture log yet
+        except (SourceOptionError, ConfigError) as exc:  # e.g. no capture log yet; no Kafka source jars
             log.error("job cannot start: %s: %s", type(exc).__name__, exc)
             return 1
         if on_started is not None:

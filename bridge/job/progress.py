@@ -286,8 +286,10 @@ class ProgressListener(_listener_base()):  # type: ignore[misc]
         end = {}
         if p.sources:
             try:
-                end = json.loads(p.sources[0].endOffset or "{}")
-            except (TypeError, ValueError):
+                from bridge.spark.kafka_source import partition_offsets
+
+                end = partition_offsets(json.loads(p.sources[0].endOffset or "{}"))  # Kafka's nested by topic
+            except (TypeError, ValueError, AttributeError):
                 end = {}
         try:
             current_lag = lag(end, self.log_end())

@@ -60,13 +60,17 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | EdgeProcess | N
         log_of = lambda: getattr(edge.server, "log", None)  # noqa: E731
         log_end = lambda: (log_of().next_offsets() if log_of() is not None else None)  # noqa: E731
     else:
-        from bridge.capture.reader import LogReader
+        from bridge.capture import open_reader
 
         server_of = log_of = lambda: None  # noqa: E731
 
+        readers: list = []  # one reader, opened once the log is there (on Kafka: one consumer)
+
         def log_end() -> list[int] | None:
             try:
-                return LogReader(config.capture_dir).durable_offsets()
+                if not readers:
+                    readers.append(open_reader(config))
+                return readers[0].durable_offsets()
             except Exception:  # no log yet, or one being created
                 return None
     status_of = lambda: progress.latest_status(config.data_path)  # noqa: E731
