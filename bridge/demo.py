@@ -258,8 +258,8 @@ class Demo:
         from bridge.job.pipeline import checkpoint_path
         from bridge.job.progress import committed_offsets, lag
 
-        if not (self.config.capture_dir / "meta.json").exists():
-            return False
+        if self.config.capture.backend == "local" and not (self.config.capture_dir / "meta.json").exists():
+            return False  # the edge has not created it yet
         end = {str(p): n for p, n in enumerate(open_reader(self.config).durable_offsets())}
         _batch, done = committed_offsets(checkpoint_path(self.config))
         return done is not None and lag(done, end) == 0

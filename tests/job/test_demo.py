@@ -7,6 +7,7 @@ between its results."""
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,18 @@ pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.broker, pyt
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq):
+@pytest.mark.parametrize("backend", ["local", "kafka"])
+def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq, backend, request):
+    """The same output on either capture log (issue 42: "the same demo output as today")."""
     env = child_env()
     port = _free_port()
+    sets = []
+    if backend == "kafka":  # a topic of the test's own on the Kafka of scripts/services
+        sets = ["capture.backend=kafka", f"kafka.bootstrap_servers={request.getfixturevalue('kafka')}",
+                f"kafka.topic=lg-demo-{uuid.uuid4().hex[:10]}", "kafka.create_topic=true"]
     out = subprocess.run([sys.executable, "-m", "bridge", "demo", "--set", f"data_dir={tmp_path}",
-                          "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}"],
+                          "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}",
+                          *[a for kv in sets for a in ("--set", kv)]],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:] + (tmp_path / "demo-run.log").read_text()[-3000:]
     text = out.stdout
