@@ -32,10 +32,21 @@ def _env():
     return env
 
 
+@pytest.fixture(params=["local", "kafka"])
+def capture(request):
+    """``--set`` arguments of the capture log the edge writes and spark-submit's job reads:
+    the local log, or a topic of the test's own on the Kafka of scripts/services."""
+    if request.param == "local":
+        return []
+    sets = ["capture.backend=kafka", f"kafka.bootstrap_servers={request.getfixturevalue('kafka')}",
+            f"kafka.topic=lg-e2e-{uuid.uuid4().hex[:10]}", "kafka.create_topic=true"]
+    return [a for kv in sets for a in ("--set", kv)]
+
+
 @pytest.fixture
-def edge(tmp_path):
+def edge(tmp_path, capture):
     proc = subprocess.Popen([sys.executable, "-m", "bridge", "edge", "--set", f"data_dir={tmp_path}",
-                             "--set", "edge.port=0", "--set", "log_level=WARNING"],
+                             "--set", "edge.port=0", "--set", "log_level=WARNING", *capture],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
     line = proc.stdout.readline()
     m = re.search(r"mqtt://127\.0\.0\.1:(\d+)", line)
@@ -59,9 +70,11 @@ def _props(**kw):
     return p
 
 
-def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp_path, rabbitmq):
+def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp_path, rabbitmq, capture):
     port = edge
     prefix = f"e2e{uuid.uuid4().hex[:8]}"
+    # the capture stream's name: on Kafka the topic's (Config.capture_stream)
+    stream = next((a.split("=", 1)[1] for a in capture if a.startswith("kafka.topic=")), "mqtt-frames")
     consumer = Consumer(rabbitmq, prefix)
     try:
         sent = []  # (topic, payload, qos, retain)
@@ -116,7 +129,7 @@ def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp
         job = subprocess.run(
             [str(VENV_BIN / "spark-submit"), "--properties-file", "conf/spark-defaults.conf", "jobs/process_packets.py",
              "--config", "conf/lakegate.toml", "--set", f"data_dir={tmp_path}", "--set", f"amqp.url={amqp}",
-             "--set", "spark.master=local[2]", "--once"],
+             "--set", "spark.master=local[2]", *capture, "--once"],
             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
         assert job.returncode == 0, job.stderr[-3000:]
 
@@ -144,7 +157,7 @@ def test_publish_on_three_versions_then_spark_submit_then_sql_and_amqp(edge, tmp
             assert m.address == topic  # 'to' is the MQTT topic, verbatim
             assert m.annotations["x-qos"] == qos and m.annotations["x-retain"] is retain
             assert m.durable is True and isinstance(m.id, int) and m.id > 0
-            assert m.properties["lakegate-id"].startswith("mqtt-frames/")
+            assert m.properties["lakegate-id"].startswith(f"{stream}/")  # stream/partition/offset
             if qos == 2:
                 rels = [x for x in msgs if x.subject == "pubrel"]
                 assert rels and rels[0].id == m.id and rels[0].address == topic
