@@ -18,6 +18,9 @@ from bridge.mqtt.codec import decode_packet
 from tests.edge.conftest import wait_for, wait_records
 from tests.edge.util import headers_of, read_log
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 PROTOCOLS = {3: mqtt.MQTTv31, 4: mqtt.MQTTv311, 5: mqtt.MQTTv5}
 
 
@@ -60,9 +63,9 @@ def test_paho_every_message_once_with_headers(edge, level):
         assert info.is_published()
     c.disconnect()
     c.loop_stop()
-    edge_dir = edge.config.capture_dir
-    recs = wait_records(edge_dir, lambda r: r.key == cid.encode() and r.value[0] == 0xE0, 1)
-    pubs = _publishes(wait_records(edge_dir, lambda r: True, 32), cid.encode())
+    log = edge.config  # the test's capture log (local or Kafka)
+    recs = wait_records(log, lambda r: r.key == cid.encode() and r.value[0] == 0xE0, 1)
+    pubs = _publishes(wait_records(log, lambda r: True, 32), cid.encode())
     got = {p.payload: (p.qos, p.retain, p.topic) for _r, p in pubs}
     assert got == sent
     assert len(pubs) == len(sent)  # exactly once
@@ -77,7 +80,7 @@ def test_paho_every_message_once_with_headers(edge, level):
             assert p.properties.user_properties == [("seq", str(i)), ("k", "v")]
             assert p.properties.message_expiry_interval == 120
     # the QoS 2 PUBRELs name the released PUBLISH
-    rels = [r for r in read_log(edge_dir) if r.key == cid.encode() and r.value[0] == 0x62]
+    rels = [r for r in read_log(log) if r.key == cid.encode() and r.value[0] == 0x62]
     assert len(rels) == 10
     by_seq = {r.seq: p for r, p in pubs}
     for rel in rels:

@@ -15,8 +15,13 @@ import threading
 
 import pytest
 
+from bridge.config import load_config
 from tests.edge.conftest import RawClient, wait_for
 from tests.edge.util import headers_of, publish, read_log
+
+#: both tests run on both capture logs (tests/edge/conftest.py): the edge
+#: subprocess gets the test's capture settings (capture_backend)
+CAPTURE_BACKENDS = ("local", "kafka")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACKS_BEFORE_KILL = 400
@@ -84,14 +89,15 @@ class Publisher(threading.Thread):
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-def test_sigkill_loses_no_acknowledged_message(tmp_path):
+def test_sigkill_loses_no_acknowledged_message(tmp_path, capture_backend):
     data = tmp_path / "data"
+    log = load_config(None, [f"data_dir={data}", *capture_backend], env={})  # read_log's
     # killA withholds every PUBREL and publishes until the kill: on a slow
     # machine it can pass the default edge.max_inflight_qos2 (1024) before the
     # others have 400 acknowledgements, and the edge rightly closes it
     # (LG-edge-qos2-quota), which is not what this test is about.
     quota = "edge.max_inflight_qos2=65535"
-    proc, port = start_edge(data, quota)
+    proc, port = start_edge(data, quota, *capture_backend)
     try:
         pubs = [Publisher(port, "killB", 5, 1),                        # QoS 1
                 Publisher(port, "killA", 4, 2, clean=False),           # QoS 2, PUBREL withheld
@@ -109,9 +115,9 @@ def test_sigkill_loses_no_acknowledged_message(tmp_path):
             proc.kill()
             proc.wait(10)
     qos1, held, full = pubs
-    proc, port = start_edge(data, quota)  # recovers the log and the sessions
+    proc, port = start_edge(data, quota, *capture_backend)  # recovers the log and the sessions
     try:
-        recs = read_log(data / "capture")
+        recs = read_log(log)
 
         def payloads(cid: str, dup=False):
             return collections.Counter(
@@ -145,7 +151,7 @@ def test_sigkill_loses_no_acknowledged_message(tmp_path):
         c.close()
         recs = wait_for(lambda: (lambda rs: rs if sum(
             1 for r in rs if r.key == b"killA" and r.value[0] == 0x62) >= len(held.acked) else None)(
-            read_log(data / "capture")), 20, "PUBREL records")
+            read_log(log)), 20, "PUBREL records")
         rel = {(r.value[2] << 8) | r.value[3]: headers_of(r) for r in recs
                if r.key == b"killA" and r.value[0] == 0x62}
         by_seq = {r.seq: r for r in recs}
@@ -164,7 +170,7 @@ def test_sigkill_loses_no_acknowledged_message(tmp_path):
 
 
 @pytest.mark.subprocess
-def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path):
+def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path, capture_backend):
     """Wills of connections the crash cut, and a delayed Will still pending,
     are captured after the restart (a resumed session cancels its Will)."""
     import time
@@ -179,7 +185,8 @@ def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path):
         return [r for r in recs if r.key == cid.encode() and headers_of(r).get("origin") == b"will"]
 
     data = tmp_path / "data"
-    proc, port = start_edge(data)
+    log = load_config(None, [f"data_dir={data}", *capture_backend], env={})  # read_log's
+    proc, port = start_edge(data, *capture_backend)
     clients = []
     try:
         v311 = RawClient(port)
@@ -195,7 +202,7 @@ def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path):
                      properties=Properties(session_expiry_interval=300))
         clients = [v311, v5, back]
         gone.close()
-        wait_for(lambda: sum(1 for r in read_log(data / "capture") if r.value[0] == 0x10) == 4, 10,
+        wait_for(lambda: sum(1 for r in read_log(log) if r.value[0] == 0x10) == 4, 10,
                  "four durable CONNECT records")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -205,19 +212,19 @@ def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path):
             proc.wait(10)
         for c in clients:
             c.close()
-    assert not any(wills_in(read_log(data / "capture"), c) for c in ("w311", "w5", "w5gone"))
+    assert not any(wills_in(read_log(log), c) for c in ("w311", "w5", "w5gone"))
 
-    proc, port = start_edge(data)
+    proc, port = start_edge(data, *capture_backend)
     restarted = time.monotonic()
     try:
         resumed = RawClient(port)
         assert resumed.connect(5, client_id="w5back", clean_start=False,
                                properties=Properties(session_expiry_interval=300))[2:4] == b"\x01\x00"
         recs = wait_for(lambda: (lambda rs: rs if wills_in(rs, "w311") else None)(
-            read_log(data / "capture")), 10, "the 3.1.1 Will")
+            read_log(log)), 10, "the 3.1.1 Will")
         assert time.monotonic() - restarted < 2.5 and not wills_in(recs, "w5")  # delayed: not yet
         recs = wait_for(lambda: (lambda rs: rs if wills_in(rs, "w5") and wills_in(rs, "w5gone") else None)(
-            read_log(data / "capture")), 15, "the delayed Wills")
+            read_log(log)), 15, "the delayed Wills")
         assert time.monotonic() - restarted >= 3.0
         (w311,) = wills_in(recs, "w311")
         assert w311.value == publish(4, topic="st/w311", payload=b"offline", qos=1, packet_id=1, retain=True)
@@ -228,4 +235,4 @@ def test_sigkill_keeps_the_wills_it_owed_MQTT_3_1_2_8(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    assert len(wills_in(read_log(data / "capture"), "w311")) == 1  # once, also after a clean stop
+    assert len(wills_in(read_log(log), "w311")) == 1  # once, also after a clean stop

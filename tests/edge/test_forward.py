@@ -13,6 +13,9 @@ from bridge.amqp.forwarded import ForwardedOffsets
 from tests.edge.conftest import RawClient, wait_records
 from tests.edge.util import publish
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 SILENCE_S = 0.3
 
 
@@ -35,7 +38,7 @@ def fwd_edge(run_edge):
 
 
 def _marks(edge) -> ForwardedOffsets:
-    return ForwardedOffsets(edge.config.data_path, edge.config.capture.stream)
+    return ForwardedOffsets(edge.config.data_path, edge.config.capture_stream)  # on Kafka: the topic
 
 
 def test_puback_waits_for_the_forwarded_mark(fwd_edge):

@@ -18,6 +18,9 @@ from bridge.mqtt.codec import decode_packet
 from tests.edge.conftest import RawClient
 from tests.edge.test_crash import start_edge
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 pytestmark = pytest.mark.subprocess
 
 BOUND = 100
@@ -58,8 +61,9 @@ def _receive(sub: RawClient, level: int, n: int, ack: bool) -> list[Publish]:
 
 
 @pytest.mark.parametrize("level,qos", [(4, 1), (5, 2)])
-def test_mqtt_4_4_0_1_in_flight_deliveries_are_resent_first_after_a_sigkill(tmp_path, level, qos):
-    settings = (f"edge.max_queued_messages={BOUND}",)
+def test_mqtt_4_4_0_1_in_flight_deliveries_are_resent_first_after_a_sigkill(tmp_path, capture_backend,
+                                                                          level, qos):
+    settings = (f"edge.max_queued_messages={BOUND}", *capture_backend)
     fields = {"clean_start": False}
     if level == 5:
         fields["properties"] = Properties(session_expiry_interval=3600)

@@ -37,6 +37,9 @@ from bridge.mqtt.codec import decode_packet
 from tests.edge.conftest import RawClient
 from tests.edge.test_crash import ROOT
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
 
 KILLS = 3
@@ -52,10 +55,11 @@ PERSIST = {"clean_start": False, "properties": Properties(session_expiry_interva
 DROPPED = re.compile(r"client=sub: (\d+) queued messages dropped")
 
 
-def _start(data_dir, errlog) -> tuple[subprocess.Popen, int]:
+def _start(data_dir, errlog, sets=()) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge", "edge", "--port", "0", "--set", f"data_dir={data_dir}",
-         "--set", "log_level=WARNING", "--set", f"edge.max_queued_messages={BOUND}"],
+         "--set", "log_level=WARNING", "--set", f"edge.max_queued_messages={BOUND}",
+         *(a for kv in sets for a in ("--set", kv))],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=errlog, text=True)
     m = re.search(r"mqtt://127\.0\.0\.1:(\d+)", proc.stdout.readline())
     if m is None:
@@ -167,7 +171,7 @@ class Subscriber(threading.Thread):
             return
 
 
-def test_mqtt_4_4_0_1_every_message_reconciled_across_three_sigkills(tmp_path):
+def test_mqtt_4_4_0_1_every_message_reconciled_across_three_sigkills(tmp_path, capture_backend):
     data = tmp_path / "data"
     state: dict = {}
     got: list = []
@@ -177,7 +181,7 @@ def test_mqtt_4_4_0_1_every_message_reconciled_across_three_sigkills(tmp_path):
     for run in range(KILLS + 1):
         errs.append(tmp_path / f"edge-{run}.log")
         with open(errs[-1], "w") as errlog:
-            proc, port = _start(data, errlog)
+            proc, port = _start(data, errlog, capture_backend)
             dead = threading.Event()
             try:
                 sub = Subscriber(port, got, open_, run == 0, dead)
@@ -216,7 +220,7 @@ def test_mqtt_4_4_0_1_every_message_reconciled_across_three_sigkills(tmp_path):
     assert not (data / "edge" / "sessions.json").exists()
     errs.append(tmp_path / "edge-audit.log")
     with open(errs[-1], "w") as errlog:
-        proc, _port = _start(data, errlog)
+        proc, _port = _start(data, errlog, capture_backend)
         proc.kill()
         proc.wait(10)
     audit = sum(int(n) for n in DROPPED.findall(errs[-1].read_text()))

@@ -18,6 +18,9 @@ from bridge.ports import free_loopback_port as _free_port
 from tests.edge.conftest import RawClient, wait_for, wait_records
 from tests.edge.util import connect, headers_of, publish, read_log
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 CONNACK_OK = b"\x20\x02\x00\x00"
 
 

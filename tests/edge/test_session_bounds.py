@@ -12,6 +12,9 @@ from bridge.edge.state import NEVER_EXPIRES, SessionStore
 from tests.edge.conftest import RawClient, wait_for
 from tests.edge.util import publish
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 
 def _stored(store: SessionStore, cid: str, level: int, ids: int, at: float) -> None:
     s, _ = store.open(cid, False, NEVER_EXPIRES, at, level)

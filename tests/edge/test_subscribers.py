@@ -65,6 +65,9 @@ from bridge.mqtt.rules import RULES
 from tests.edge.conftest import RawClient, wait_for, wait_records
 from tests.edge.util import headers_of, read_log
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROTOCOLS = {3: mqtt.MQTTv31, 4: mqtt.MQTTv311, 5: mqtt.MQTTv5}
 LEVELS = [3, 4, 5]
@@ -806,7 +809,7 @@ def _packets(c: RawClient, level: int, n: int) -> list:
 @pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("level", [4, 5])
 def test_mqtt_4_4_0_1_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge_stop(
-        tmp_path, level, stop):
+        tmp_path, capture_backend, level, stop):
     """A connected persistent subscriber holds a full window of unacknowledged
     QoS 1/2 deliveries (one PUBREC'd, two PUBACKed) while a publisher goes
     on; the edge is killed (or stopped). After the restart the subscriber
@@ -814,7 +817,7 @@ def test_mqtt_4_4_0_1_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge
     the Packet Identifiers they had, then everything else the publisher got
     an acknowledgement for, in order, once."""
     window = 20  # edge.max_inflight_messages (default)
-    proc, port = _start_edge(tmp_path, "edge.max_queued_messages=100000")
+    proc, port = _start_edge(tmp_path, "edge.max_queued_messages=100000", *capture_backend)
     cid = f"held-{level}"
     pub = None
     try:
@@ -854,7 +857,7 @@ def test_mqtt_4_4_0_1_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge
             proc.kill()
             proc.wait(10)
     acked = list(pub.acked)
-    proc, port = _start_edge(tmp_path, "edge.max_queued_messages=100000")
+    proc, port = _start_edge(tmp_path, "edge.max_queued_messages=100000", *capture_backend)
     try:
         sub = RawClient(port, timeout=10)
         assert _session_connect(sub, level, cid)[2] & 1  # session present
@@ -878,12 +881,12 @@ def test_mqtt_4_4_0_1_inflight_to_a_subscriber_that_does_not_ack_survive_an_edge
 @pytest.mark.subprocess
 @pytest.mark.parametrize("level", [4, 5])
 def test_mqtt_3_3_1_1_deliveries_after_the_snapshot_resent_with_dup_after_sigkill(
-        tmp_path, level):
+        tmp_path, capture_backend, level):
     """The subscriber is connected when the session snapshot is written and
     when the edge dies; deliveries sent after the snapshot come back from the
     replay of the capture log, and went out before: DUP 1 [MQTT-3.3.1-1], as
     those the snapshot holds, all with their Packet Identifiers [MQTT-4.4.0-1]."""
-    proc, port = _start_edge(tmp_path, snapshot_s=1.5)
+    proc, port = _start_edge(tmp_path, *capture_backend, snapshot_s=1.5)
     cid = f"snap-{level}"
     try:
         sub = RawClient(port, timeout=10)
@@ -920,7 +923,7 @@ def test_mqtt_3_3_1_1_deliveries_after_the_snapshot_resent_with_dup_after_sigkil
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    proc, port = _start_edge(tmp_path)
+    proc, port = _start_edge(tmp_path, *capture_backend)
     try:
         sub = RawClient(port, timeout=10)
         assert _session_connect(sub, level, cid)[2] & 1

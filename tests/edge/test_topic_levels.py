@@ -22,6 +22,9 @@ from bridge.mqtt import (
 )
 from tests.edge.util import Harness, connect, publish
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 RULE = edge_rules.TOPIC_LEVELS
 
 

@@ -28,6 +28,9 @@ from bridge.edge.topics import SubscriptionTree
 from bridge.mqtt import Publish, Suback, Subscribe, Subscription, decode_packet, encode
 from tests.edge.util import Harness, connect
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 DEPTH = 2000
 assert DEPTH > sys.getrecursionlimit()  # the point of the test
 

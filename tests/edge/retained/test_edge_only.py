@@ -14,6 +14,9 @@ from tests.edge.conftest import RawClient
 from tests.edge.test_subscribers import Client
 from tests.waiting import wait_for
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 pytestmark = [pytest.mark.subprocess]
 
 

@@ -19,6 +19,9 @@ from tests.edge.conftest import RawClient
 from tests.edge.test_subscribers import Client
 from tests.waiting import wait_for
 
+#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka")
+
 
 class _Sink:
     """An AMQP delivery's sink as bridge.edge.downlink hands it (what ends when)."""
