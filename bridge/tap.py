@@ -6,8 +6,10 @@ message it receives becomes a PUBLISH frame (encoded with lakegate's codec at
 MQTT 5, the broker's Subscription Identifiers and Topic Alias dropped: a client
 PUBLISH may carry neither) appended to the capture log with origin ``tap``.
 
-The broker is acknowledged (PUBACK for QoS 1, PUBREC for QoS 2) only once the
-record is durable (fsynced):
+The capture log is the configuration's (:func:`bridge.capture.open_capture_log`,
+``capture.backend``): local files, or a Kafka topic. The broker is acknowledged
+(PUBACK for QoS 1, PUBREC for QoS 2) only once the record is durable: fsynced
+on the local log, confirmed by Kafka's delivery report (acks=all) on Kafka:
 
 * QoS 1: paho's manual acknowledgement (``manual_ack=True``) holds PUBACK
   back; ``Client.ack`` sends it once the record's group commit is durable.
@@ -33,16 +35,18 @@ message whose record was durable but whose PUBREC had not reached the broker
 is captured again after the restart without the mark (a duplicate, never a
 loss).
 
-A capture that fails (the capture log's write or fsync failed, or the append
-raised) is not acknowledged, and the tap stops: :meth:`Tap.run` disconnects
+A capture that fails (the capture log's write or fsync failed, Kafka did not
+take the record, or the append raised) is not acknowledged, and the tap stops: :meth:`Tap.run` disconnects
 (keeping the session) and raises :class:`TapError`, so that the broker
 re-sends everything unacknowledged when the tap is started again (after a
-failed fsync the log must be reopened: see ``bridge.capture.writer``). A
+failed fsync or a failed Kafka delivery the log must be reopened: see
+``bridge.capture.writer`` and ``bridge.capture.kafka_log``). A
 clean stop makes the captured records durable and sends their
 acknowledgements before DISCONNECT.
 
 The tap is the capture log's writer: do not run an edge on the same
-``data_dir`` at the same time (the log allows one writing process).
+``data_dir`` (or, on Kafka, the same topic) at the same time (the log allows
+one writing process; on Kafka the edge must be the topic's only producer).
 """
 
 from __future__ import annotations
@@ -209,16 +213,17 @@ class Tap:
     when a message could not be captured (see the module docstring).
 
     Threads: paho's network thread receives (captures, keeps the QoS 2 ids
-    awaiting PUBREL, answers PUBREL); the capture log's flusher thread sends
-    PUBACK/PUBREC once a record is durable, under ``_lock`` together with the
-    connection state.
+    awaiting PUBREL, answers PUBREL); the capture log's flusher thread (on
+    Kafka: its poller thread, with the delivery reports) sends PUBACK/PUBREC
+    once a record is durable, under ``_lock`` together with the connection
+    state.
     """
 
     #: how long a stop waits for the acknowledgements of what was captured
     STOP_TIMEOUT_S = 10.0
 
     def __init__(self, config: Config, topics: list[str] | None = None, capture_log=None) -> None:
-        from bridge.capture import CaptureLog
+        from bridge.capture import open_capture_log
 
         check_paho()
         self.config = config
@@ -232,7 +237,8 @@ class Tap:
         self.topics = topics or [tap.topic]
         self.stats = TapStats()
         self._owns_log = capture_log is None
-        self.log = capture_log if capture_log is not None else CaptureLog.open(config.capture_dir, config.capture)
+        # local files or a Kafka topic, by capture.backend; either way an Ack resolves once durable
+        self.log = capture_log if capture_log is not None else open_capture_log(config)
         self.conn_id = f"tap-{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
         self._connected = threading.Event()

@@ -23,14 +23,28 @@ checked by type). Per QoS and server:
 * QoS 2: the same window over the whole exchange: PUBREL goes out for each
   PUBREC, the clock stops at the last PUBCOMP.
 
-Each phase runs ``--repeat`` times (new connections each time) and the
-median run is reported, with every run's rate beside it: a shared 2-core
-machine is noisy. Every phase is bounded by ``--timeout`` seconds; a phase
-that runs out reports what was acknowledged by then and ``"complete":
-false``. The JSON
-(``--json``) holds each rate, the QoS 1 PUBACK latency p50/p99, the ratio
-edge/Mosquitto per QoS, the CPU seconds each server used per phase, and
-whether the edge's capture log holds every frame it acknowledged.
+Then a latency run: QoS 1 at a fixed ``--latency-rate`` msg/s (default
+1,000) for ``--latency-seconds`` (default 5 when ``--capture`` names a Kafka
+log, else none), each message written on its schedule (``bench e2e``'s
+paced publisher), PUBACK latency p50/p99/max.
+
+Each phase runs ``--repeat`` (``--runs``) times (new connections each time)
+and the median run is reported, with every run's rate beside it: a shared
+2-core machine is noisy. Every phase is bounded by ``--timeout`` seconds; a
+phase that runs out reports what was acknowledged by then and ``"complete":
+false``.
+
+``--capture local,kafka,kafka3`` runs the edge once per capture log, in the
+same run, next to the same Mosquitto (:mod:`bridge.bench.edge_capture`): the
+local files, the one-node Kafka at ``--kafka-servers`` (a fresh topic,
+deleted after), a three-node cluster the bench starts on free ports and
+stops. Each capture's msg/s is given as a ratio to the local log's and to
+Mosquitto's, with issue 42's targets on the one-node Kafka (reported, never
+an error). The JSON (``--json``) holds under ``captures`` each capture log's
+rates, latencies, ratios, the CPU seconds the edge used per phase and
+whether its log holds every frame it acknowledged; ``mosquitto`` the same
+for Mosquitto; ``targets``; and, as before, ``edge``, ``edge_capture`` and
+``ratio_edge_to_mosquitto`` for the first capture log of ``--capture``.
 """
 
 from __future__ import annotations
@@ -70,11 +84,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payload-bytes", type=int, default=64, help="payload size (default 64)")
     p.add_argument("--window", type=int, default=250,
                    help="unacknowledged QoS 1/2 messages per connection (default 250)")
-    p.add_argument("--repeat", type=int, default=3,
+    p.add_argument("--repeat", "--runs", dest="repeat", type=int, default=3,
                    help="runs per QoS and server; the median run is reported (default 3)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per phase (default 60)")
     p.add_argument("--dir", metavar="DIR", help="the edge's data_dir (default: a temporary one)")
     p.add_argument("--no-mosquitto", action="store_true", help="measure the edge only")
+    p.add_argument("--capture", default="local", metavar="LOGS",
+                   help="the capture logs to run the edge on, comma-separated: local (files), kafka (the "
+                        "one-node Kafka at --kafka-servers), kafka3 (a three-node cluster the bench starts) "
+                        "(default local)")
+    p.add_argument("--kafka-servers", default="127.0.0.1:9092",
+                   help="the one-node Kafka of --capture kafka (default 127.0.0.1:9092)")
+    p.add_argument("--latency-rate", type=float, default=1000.0,
+                   help="msg/s of the fixed-rate QoS 1 latency run (default 1000)")
+    p.add_argument("--latency-seconds", type=float, default=None,
+                   help="seconds of the fixed-rate latency run; 0: none (default 5 when --capture names a "
+                        "Kafka log, else none: a local-only run stays as it was)")
 
 
 # ---------------------------------------------------------------- frames
@@ -338,17 +363,19 @@ def start_mosquitto(workdir: Path, settings: str = "max_inflight_messages 0\nmax
 
 
 def start_edge(args: argparse.Namespace, data_dir: Path, profile: str | None = None, *,
-               port: int = 0, stderr=subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
+               port: int = 0, stderr=subprocess.DEVNULL,
+               extra_sets: list[str] | tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     """``python -m bridge edge`` with this command's configuration; with
     ``profile``, under ``python -m cProfile -o PROFILE`` (written when the
     edge stops). ``port`` 0 picks a free one (a restart passes the old one);
-    ``stderr`` is where its log goes (a file, to read it afterwards)."""
+    ``stderr`` is where its log goes (a file, to read it afterwards);
+    ``extra_sets``: ``--set`` lines after the command's own (they win)."""
     cmd = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []),
            "-m", "bridge", "edge", "--port", str(port),
            "--set", "metrics.port=0"]  # no clash with a run of yours
     if getattr(args, "config", None):
         cmd += ["--config", args.config]
-    for item in getattr(args, "overrides", None) or []:
+    for item in [*(getattr(args, "overrides", None) or []), *extra_sets]:
         cmd += ["--set", item]
     cmd += ["--set", f"data_dir={data_dir}", "--set", "log_level=WARNING",
             "--set", "edge.host=127.0.0.1"]
@@ -382,6 +409,8 @@ def _stop(proc: subprocess.Popen | None) -> None:
 
 
 async def _measure(args: argparse.Namespace, port: int, pid: int, label: str) -> dict:
+    from bridge.bench.edge_capture import latency_phase, median_latency
+
     gen = LoadGenerator("127.0.0.1", port, args.connections, args.payload_bytes, args.window,
                         args.timeout)
     out = {}
@@ -400,87 +429,70 @@ async def _measure(args: argparse.Namespace, port: int, pid: int, label: str) ->
         median["acknowledged_all_runs"] = sum(r["messages"] for r in runs)
         median["complete"] = all(r["complete"] for r in runs)
         out[f"qos{qos}"] = median
+    if args.latency_seconds > 0:
+        runs = []
+        for i in range(args.repeat):
+            c0 = _cpu_seconds(pid)
+            r = await latency_phase(port, args, f"{label}{i}")
+            c1 = _cpu_seconds(pid)
+            if c0 is not None and c1 is not None:
+                r["server_cpu_s"] = round(c1 - c0, 2)
+            runs.append(r)
+        out["latency"] = median_latency(runs)
+        out["latency"]["acknowledged_all_runs"] = sum(r["acknowledged"] for r in runs)
     return out
 
 
-def _captured(capture_dir: Path) -> dict:
-    from bridge.capture import LogReader
-
-    reader = LogReader(capture_dir)
-    durable = reader.durable_offsets()
-    counts = collections.Counter()
-    for p in range(reader.partitions):
-        for batch in reader.arrow_batches(p, 0, durable[p]):
-            for v in batch.column("value").to_pylist():
-                counts[v[0] >> 4 if v else 0] += 1
-    return {"publish": counts[3], "pubrel": counts[6], "connect": counts[1],
-            "records": sum(counts.values())}
-
-
 def run(args: argparse.Namespace, config: Config) -> int:
-    if min(args.connections, args.window, args.messages, args.acked_messages, args.repeat) < 1:
-        from bridge.cli import UsageError
+    from bridge.bench.edge_capture import Backend, data_dir_for, measure_capture, parse_captures, summarize
+    from bridge.bench.edge_report import print_result
+    from bridge.cli import UsageError
 
+    if min(args.connections, args.window, args.messages, args.acked_messages, args.repeat) < 1:
         raise UsageError("--connections, --window, --repeat and the message counts must be "
                          "positive")
+    try:
+        names = parse_captures(args.capture)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.latency_seconds is None:
+        args.latency_seconds = 5.0 if any(n != "local" for n in names) else 0.0
+    if args.latency_seconds < 0 or args.latency_rate <= 0:
+        raise UsageError("--latency-rate must be positive and --latency-seconds not negative")
     tmp = Path(tempfile.mkdtemp(prefix="lakegate-bench-edge-"))
-    data_dir = Path(args.dir).resolve() if args.dir else tmp / "data"
+    base = Path(args.dir).resolve() if args.dir else tmp / "data"
     result: dict = {
         "protocol": "3.1.1", "connections": args.connections, "payload_bytes": args.payload_bytes,
         "window": args.window, "repeat": args.repeat, "messages": {"qos0": args.messages, "qos1": args.acked_messages,
                                             "qos2": args.acked_messages},
+        "latency_run": ({"rate": args.latency_rate, "seconds": args.latency_seconds, "qos": 1}
+                        if args.latency_seconds > 0 else None),
         "edge_settings": {"fsync_interval_ms": config.capture.fsync_interval_ms,
                           "fsync_records": config.capture.fsync_records,
                           "partitions": config.capture.partitions,
-                          "ack_after": config.edge.ack_after},
+                          "ack_after": config.edge.ack_after,
+                          "kafka_linger_ms": config.kafka.linger_ms,
+                          "kafka_compression": config.kafka.compression},
         "cpus": os.cpu_count(),
+        "captures": {},
     }
-    edge_proc = mosq = None
+    mosq = None
     try:
-        edge_proc, edge_port = start_edge(args, data_dir)
-        result["edge"] = asyncio.run(_measure(args, edge_port, edge_proc.pid, "edge"))
-        _stop(edge_proc)
-        edge_proc = None
-        captured = _captured(data_dir / "capture")
-        acked = sum(result["edge"][q]["acknowledged_all_runs"] for q in ("qos0", "qos1", "qos2"))
-        result["edge_capture"] = {**captured, "acknowledged_publish": acked,
-                                  "all_acknowledged_captured": captured["publish"] >= acked}
+        for name in names:
+            backend = Backend(name, config, data_dir_for(name, base, tmp), tmp, args.kafka_servers)
+            result["captures"][name] = measure_capture(args, backend, tmp)
         if not args.no_mosquitto:
             mosq, mosq_port = start_mosquitto(tmp)
             result["mosquitto"] = asyncio.run(_measure(args, mosq_port, mosq.pid, "mosquitto"))
-            result["ratio_edge_to_mosquitto"] = {
-                q: (round(result["edge"][q]["msgs_per_s"] / result["mosquitto"][q]["msgs_per_s"], 3)
-                    if result["edge"][q]["msgs_per_s"] and result["mosquitto"][q]["msgs_per_s"]
-                    else None)
-                for q in ("qos0", "qos1", "qos2")}
     finally:
-        _stop(edge_proc)
         _stop(mosq)
         shutil.rmtree(tmp, ignore_errors=True)
+    summarize(result, names)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        _print(result)
-    ok = all(result["edge"][q]["complete"] for q in ("qos0", "qos1", "qos2"))
-    return 0 if ok and result["edge_capture"]["all_acknowledged_captured"] else 1
-
-
-def _print(r: dict) -> None:
-    print(f"edge vs mosquitto: {r['connections']} connections, MQTT {r['protocol']}, "
-          f"{r['payload_bytes']}-byte payloads, window {r['window']}, {r['cpus']} CPUs")
-    servers = [s for s in ("edge", "mosquitto") if s in r]
-    print(f"{'':6}" + "".join(f"{s + ' msg/s':>18}" for s in servers)
-          + ("      ratio" if "mosquitto" in r else ""))
-    for q in ("qos0", "qos1", "qos2"):
-        row = f"{q:6}" + "".join(f"{r[s][q]['msgs_per_s'] or 0:>18,.0f}" for s in servers)
-        if "ratio_edge_to_mosquitto" in r and r["ratio_edge_to_mosquitto"][q] is not None:
-            row += f"{r['ratio_edge_to_mosquitto'][q]:>11.2f}"
-        print(row)
-    for s in servers:
-        lat = r[s]["qos1"].get("puback_latency_ms")
-        if lat:
-            print(f"{s} PUBACK latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms")
-    cap = r["edge_capture"]
-    print(f"edge capture log: {cap['publish']} PUBLISH records for {cap['acknowledged_publish']} "
-          f"acknowledged/accepted messages"
-          + ("" if cap["all_acknowledged_captured"] else "  (MISSING RECORDS)"))
+        print_result(result)
+    ok = all("error" not in c and c["capture"]["all_acknowledged_captured"]
+             and all(c[q]["complete"] for q in ("qos0", "qos1", "qos2"))
+             and c.get("latency", {}).get("complete", True) for c in result["captures"].values())
+    return 0 if ok else 1

@@ -1,8 +1,10 @@
 """``lakegate tap --broker mqtt://HOST:PORT --topic FILTER``: capture from an existing broker.
 
 Subscribes (MQTT 5, QoS 2, Retain As Published, persistent session) and
-writes each message to the capture log with origin ``tap``, acknowledging
-the broker (PUBACK, PUBREC) only once the record is durable. Runs until
+writes each message to the capture log with origin ``tap`` -- the local
+log, or a Kafka topic with ``--set capture.backend=kafka`` (section
+``[kafka]``) -- acknowledging the broker (PUBACK, PUBREC) only once the
+record is durable (fsynced; on Kafka, confirmed by its delivery report). Runs until
 Ctrl-C / SIGTERM (exit 0). Exits 1 with one line on stderr when a message
 could not be captured (it was not acknowledged: the broker re-sends it when
 the tap is started again), when the capture log cannot be opened, or when
@@ -47,7 +49,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return 1
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: tap.stop())
-    print(f"lakegate tap: {config.tap.broker} topics {', '.join(tap.topics)} -> {config.capture_dir}", flush=True)
+    where = (f"Kafka topic {config.kafka_topic} at {config.kafka.bootstrap_servers}"
+             if config.capture.backend == "kafka" else str(config.capture_dir))
+    print(f"lakegate tap: {config.tap.broker} topics {', '.join(tap.topics)} -> {where}", flush=True)
     try:
         tap.run()
     except TapError as exc:
