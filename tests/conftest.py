@@ -83,6 +83,44 @@ def kafka() -> str:
     return f"{KAFKA[0]}:{KAFKA[1]}"
 
 
+def delete_kafka_topics(bootstrap: str, names) -> None:
+    """Delete test topics, waiting for the answer (a client dropped at once
+    takes its request with it); one never created is fine, one that stays
+    is a warning (the test itself passed)."""
+    import warnings
+
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    names = list(names)
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name, fut in admin.delete_topics(names, operation_timeout=10, request_timeout=10).items():
+        try:
+            fut.result(15)
+        except Exception as exc:  # noqa: BLE001 - reported below unless it was never there
+            code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                warnings.warn(f"test topic {name!r} not deleted: {exc}", stacklevel=1)
+
+
+@pytest.fixture
+def kafka_topic(kafka):
+    """A function: prefix -> a fresh topic name on the Kafka of scripts/services,
+    deleted after the test (whoever creates it)."""
+    import uuid
+
+    made: list[str] = []
+
+    def name(prefix: str = "lg-test") -> str:
+        made.append(f"{prefix}-{uuid.uuid4().hex[:10]}")
+        return made[-1]
+
+    yield name
+    delete_kafka_topics(kafka, made)
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run, built by the project's factory."""

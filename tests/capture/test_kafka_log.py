@@ -33,10 +33,20 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.broker
 
 PARTS = 3
+MADE: list[str] = []  # every topic name this module used, deleted at its end
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _delete_topics():
+    yield
+    from tests.conftest import KAFKA, delete_kafka_topics
+
+    delete_kafka_topics(f"{KAFKA[0]}:{KAFKA[1]}", MADE)
 
 
 def _config(kafka, tmp_path, *extra, topic=None):
     topic = topic or f"t-{uuid.uuid4().hex[:12]}"
+    MADE.append(topic)
     return load_config(None, ["capture.backend=kafka", f"kafka.bootstrap_servers={kafka}", f"kafka.topic={topic}",
                               "kafka.create_topic=true", f"capture.partitions={PARTS}", f"data_dir={tmp_path}",
                               *extra], env={})

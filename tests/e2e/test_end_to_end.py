@@ -39,7 +39,7 @@ def capture(request):
     if request.param == "local":
         return []
     sets = ["capture.backend=kafka", f"kafka.bootstrap_servers={request.getfixturevalue('kafka')}",
-            f"kafka.topic=lg-e2e-{uuid.uuid4().hex[:10]}", "kafka.create_topic=true"]
+            f"kafka.topic={request.getfixturevalue('kafka_topic')('lg-e2e')}", "kafka.create_topic=true"]
     return [a for kv in sets for a in ("--set", kv)]
 
 

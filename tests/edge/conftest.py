@@ -4,8 +4,6 @@ with a temporary data directory, and a raw MQTT client over a socket."""
 from __future__ import annotations
 
 import socket
-import uuid
-import warnings
 
 import pytest
 
@@ -111,23 +109,9 @@ def capture_backend(request):
         yield []
         return
     bootstrap = request.getfixturevalue("kafka")
-    topic = f"lg-edge-{uuid.uuid4().hex[:10]}"
+    topic = request.getfixturevalue("kafka_topic")("lg-edge")  # deleted after the test
     yield ["capture.backend=kafka", f"kafka.bootstrap_servers={bootstrap}", f"kafka.topic={topic}",
            "kafka.create_topic=true"]
-    from confluent_kafka.admin import AdminClient
-
-    # the client must live until the answer: one dropped at once takes its
-    # request with it (the topic stayed, and the wait ran its full timeout)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.delete_topics([topic], operation_timeout=10, request_timeout=10).values():
-        try:
-            fut.result(15)
-        except Exception as exc:  # noqa: BLE001 - not created (the edge never started): nothing to delete
-            from confluent_kafka import KafkaError
-
-            code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
-            if code != KafkaError.UNKNOWN_TOPIC_OR_PART:  # left behind: say so, the test itself passed
-                warnings.warn(f"test topic {topic!r} not deleted: {exc}", stacklevel=1)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ between its results."""
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ def test_demo_prints_retained_quarantine_and_forwarding(tmp_path, rabbitmq, back
     sets = []
     if backend == "kafka":  # a topic of the test's own on the Kafka of scripts/services
         sets = ["capture.backend=kafka", f"kafka.bootstrap_servers={request.getfixturevalue('kafka')}",
-                f"kafka.topic=lg-demo-{uuid.uuid4().hex[:10]}", "kafka.create_topic=true"]
+                f"kafka.topic={request.getfixturevalue('kafka_topic')('lg-demo')}", "kafka.create_topic=true"]
     out = subprocess.run([sys.executable, "-m", "bridge", "demo", "--set", f"data_dir={tmp_path}",
                           "--set", f"edge.port={port}", "--set", f"amqp.url={rabbitmq}",
                           *[a for kv in sets for a in ("--set", kv)]],

@@ -27,11 +27,11 @@ def _topic(admin, name: str, partitions: int, replicas: int = -1) -> None:
         fut.result(30)
 
 
-def test_a_record_produced_with_headers_reads_back_with_kafkas_own_console_consumer(kafka):
+def test_a_record_produced_with_headers_reads_back_with_kafkas_own_console_consumer(kafka, kafka_topic):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    name = "lg-svc-" + uuid.uuid4().hex[:8]
+    name = kafka_topic("lg-svc")
     _topic(AdminClient({"bootstrap.servers": kafka}), name, 1)
     p = Producer({"bootstrap.servers": kafka, "enable.idempotence": True, "acks": "all"})
     reports = []

@@ -19,6 +19,15 @@ from bridge.tables.deltars import DeltaRsEngine
 from tests.job.frames import append_publish, append_pubrel, append_raw, headers, run_once
 
 PARTITIONS = 2
+MADE: list[str] = []  # every topic this module made, deleted at its end
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _delete_topics():
+    yield
+    from tests.conftest import KAFKA, delete_kafka_topics
+
+    delete_kafka_topics(f"{KAFKA[0]}:{KAFKA[1]}", MADE)
 
 
 # ------------------------------------------------------------------ helpers
@@ -27,6 +36,7 @@ def _topic(kafka: str, partitions: int = PARTITIONS) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"lakegate-test-{uuid.uuid4().hex[:12]}"
+    MADE.append(name)
     admin = AdminClient({"bootstrap.servers": kafka})
     for fut in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
         fut.result(30)
