@@ -27,6 +27,20 @@ every append not yet confirmed, and every later append, with
 :class:`CaptureWriteError`: nothing depending on it may be acknowledged. The
 log must be reopened (which reads the offsets afresh).
 
+Kafka not answering: librdkafka keeps the records and re-sends them; the log
+says so once per outage (one warning naming ``kafka.bootstrap_servers``) and
+once when Kafka confirms records again. Nothing is acknowledged meanwhile. A
+record still unconfirmed after ``kafka.delivery_timeout_ms`` fails the log
+as above; :attr:`KafkaCaptureLog.failed` then has ``unavailable`` True (a
+reopen succeeds once Kafka is back), unlike a wrong offset or a fatal
+producer error.
+
+Crash points for the kill tests (:mod:`bridge.failpoints`, ``name@seq``):
+``capture-kafka-before-produce``, ``capture-kafka-after-produce``,
+``capture-kafka-delivered`` (confirmed, its ack not yet resolved) and
+``capture-kafka-acked``; read only when ``LAKEGATE_FAILPOINTS`` is set at
+import.
+
 A record Kafka could not take (the topic's ``max.message.bytes``, the
 producer's ``message.max.bytes``) is refused before it is produced with
 :class:`RecordTooLargeError` (LG-capture-kafka-too-large): nothing written,
@@ -72,6 +86,7 @@ from bridge.capture.errors import (
 from bridge.capture.kafka_conf import client_conf
 from bridge.capture.record import encode_headers, partition_for
 from bridge.capture.writer import Ack
+from bridge.failpoints import failpoint
 
 __all__ = ["KafkaCaptureLog", "OFFSET_RULE", "PARTITIONS_RULE", "inspect_topic", "record_wire_size"]
 
@@ -82,11 +97,23 @@ PARTITIONS_RULE = "LG-capture-kafka-partitions"
 RETENTION_RULE = "LG-capture-kafka-retention"
 #: Seconds open waits for the brokers (metadata, offsets, the last records).
 OPEN_TIMEOUT_S = 10.0
+#: Seconds open waits for the offsets and last records of the partitions: more
+#: than Kafka takes to replace a leader that died (broker.session.timeout.ms,
+#: 9 s by default, then the election).
+TAIL_TIMEOUT_S = 30.0
+#: Seconds a record may wait for Kafka's confirmation before ``/healthz`` fails.
+STALL_S = 5.0
 #: Kafka's record batch header (v2), which every batch of records carries.
 BATCH_OVERHEAD = 61
 #: librdkafka's default ``message.max.bytes`` (the largest request it sends).
 PRODUCER_MAX_BYTES = 1_000_000
 _SEQ = "seq"
+#: delivery errors that mean Kafka did not answer (not that it refused)
+_UNAVAILABLE_CODES = frozenset({-192, -195, -187, -185})  # _MSG_TIMED_OUT (-192), _TRANSPORT, _ALL_BROKERS_DOWN,
+#                                                           _TIMED_OUT
+#: named crash points (bridge.failpoints) of the append and delivery path, for
+#: the kill tests; checked only when the environment names some at import
+_FAILPOINTS = bool(os.environ.get("LAKEGATE_FAILPOINTS"))
 
 
 def record_wire_size(key_len: int, value_len: int, headers: Iterable[tuple[str, bytes]]) -> int:
@@ -221,10 +248,12 @@ def topic_configs(admin, topic: str, timeout: float = OPEN_TIMEOUT_S) -> dict[st
     return {k: e.value for k, e in entries.items() if e.value is not None}
 
 
-def read_tail(config, partitions: int, timeout: float = OPEN_TIMEOUT_S) -> tuple[list[int], list[int], int]:
+def read_tail(config, partitions: int, timeout: float = TAIL_TIMEOUT_S) -> tuple[list[int], list[int], int]:
     """(earliest offsets, end offsets, next capture sequence) of the topic's
     first ``partitions`` partitions: the sequence is one more than the
-    largest ``seq`` header of each partition's last record (0 when empty)."""
+    largest ``seq`` header of each partition's last record (0 when empty).
+    Waits up to ``timeout`` seconds for a partition whose leader does not
+    answer (a broker just killed leads it until Kafka elects another)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     topic = config.kafka_topic
@@ -233,12 +262,19 @@ def read_tail(config, partitions: int, timeout: float = OPEN_TIMEOUT_S) -> tuple
     try:
         lows, ends = [], []
         for p in range(partitions):
-            try:
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                        timeout=max(deadline - time.monotonic(), 0.5))
-            except KafkaException as exc:
-                raise LogUnavailableError(f"capture log on Kafka: could not read the end offset of topic "
-                                          f"{topic!r} partition {p}: {_kafka_error(exc)}") from None
+            while True:  # attempts of a few seconds: a leader SIGKILLed is replaced only once the controller
+                try:     # fences it (broker.session.timeout.ms), and each attempt asks the leader it knows
+                    lo, hi = consumer.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=max(min(deadline - time.monotonic(), 2.0), 0.5))
+                    break
+                except KafkaException as exc:
+                    if time.monotonic() >= deadline:
+                        raise LogUnavailableError(
+                            f"capture log on Kafka: could not read the end offset of topic {topic!r} partition "
+                            f"{p} at kafka.bootstrap_servers = {config.kafka.bootstrap_servers!r} within "
+                            f"{timeout:g} s (is the broker leading it down?): {_kafka_error(exc)}") from None
+                    consumer.close()  # a new one learns the partition's leader afresh
+                    consumer = Consumer(client_conf(config, "consumer"))
             lows.append(lo)
             ends.append(hi)
         want = {p: ends[p] - 1 for p in range(partitions) if ends[p] > lows[p]}
@@ -314,6 +350,7 @@ class KafkaCaptureLog:
         self._stopping = False
         self._closed = False
         self._failed: CaptureWriteError | None = None
+        self._down = False  # librdkafka said every broker is down; no delivery since
         self._producer = None
         self._thread: threading.Thread | None = None
         self._lock_fd = -1
@@ -321,9 +358,10 @@ class KafkaCaptureLog:
         self.max_record_bytes = PRODUCER_MAX_BYTES
         self._limit_what = "the producer's message.max.bytes"
         #: counters: appends, commits (poll rounds that confirmed records),
-        #: deliveries, bytes confirmed, queue_full (waits for librdkafka's queue)
+        #: deliveries, bytes confirmed, queue_full (waits for librdkafka's queue), outages (every
+        #: broker down)
         self.stats = {"appends": 0, "commits": 0, "fsyncs": 0, "bytes": 0, "truncated_bytes": 0,
-                      "deliveries": 0, "queue_full": 0}
+                      "deliveries": 0, "queue_full": 0, "outages": 0}
         #: a bridge.buckets.Buckets timing produce -> delivery report (None: not timed)
         self.fsync_latency = None
         #: called (no arguments, on the poller thread, after the acks) when
@@ -466,6 +504,8 @@ class KafkaCaptureLog:
             # read after every wait: another append may have gone first
             offset = self._next_offset[p]
             seq = self._next_seq
+            if _FAILPOINTS:
+                failpoint("capture-kafka-before-produce", seq)
             try:
                 self._producer.produce(self.topic, value=value, key=key, partition=p, timestamp=ts // 1000,
                                        headers=[*hlist, (_SEQ, str(seq).encode("ascii"))])
@@ -478,6 +518,8 @@ class KafkaCaptureLog:
                     raise RecordTooLargeError(size, self.max_record_bytes, self._limit_what) from None
                 raise CaptureWriteError(f"capture log on Kafka: librdkafka refused a record of partition {p}: "
                                         f"{_kafka_error(exc)}; it was not written") from None
+        if _FAILPOINTS:
+            failpoint("capture-kafka-after-produce", seq)
         fut: Future = Future()
         self._inflight[p].append(_Entry(offset, seq, size, fut, time.monotonic()))
         self._next_offset[p] = offset + 1
@@ -600,9 +642,28 @@ class KafkaCaptureLog:
         return None
 
     # ------------------------------------------------------------- state
+    def stalled(self) -> str | None:
+        """Why the log is not healthy although it has not failed: records
+        waiting for Kafka's confirmation longer than :data:`STALL_S` (Kafka
+        down or slow); None when none is (``/healthz``'s ``capture_log``)."""
+        with self._lock:
+            waiting = [q[0].t0 for q in self._inflight if q]
+            n = sum(len(q) for q in self._inflight)
+        if not waiting:
+            return None
+        age = time.monotonic() - min(waiting)
+        if age < STALL_S:
+            return None
+        return (f"{n} records waiting {age:.0f} s for Kafka at kafka.bootstrap_servers = "
+                f"{self.config.kafka.bootstrap_servers!r} to confirm them"
+                f"{' (no broker answers)' if self._down else ''}; nothing of them is acknowledged")
+
     @property
     def failed(self) -> CaptureWriteError | None:
-        """The error that stopped the log, or None."""
+        """The error that stopped the log, or None. Its ``unavailable``
+        attribute is True when Kafka did not answer (records not confirmed
+        within ``kafka.delivery_timeout_ms``): reopening succeeds once Kafka
+        is back; False for a wrong offset or a fatal producer error."""
         return self._failed
 
     def next_offsets(self) -> list[int]:
@@ -644,6 +705,7 @@ class KafkaCaptureLog:
     def _on_delivery(self, err, msg) -> None:
         """librdkafka's delivery report (on the poller thread, or close's flush)."""
         p = msg.partition()
+        unavailable = False
         with self._lock:
             q = self._inflight[p] if 0 <= p < self.partitions else None
             if not q:
@@ -665,30 +727,61 @@ class KafkaCaptureLog:
                 elif err is not None:
                     reason = (f"Kafka did not take the record of partition {p} offset {entry.offset}: "
                               f"{err.str()}")
+                    if err.code() in _UNAVAILABLE_CODES:
+                        unavailable = True
+                        within = (f"not confirmed within kafka.delivery_timeout_ms = "
+                                  f"{self.config.kafka.delivery_timeout_ms} ms: " if err.code() == -192 else "")
+                        reason += (f" ({within}is Kafka at kafka.bootstrap_servers = "
+                                   f"{self.config.kafka.bootstrap_servers!r} up?)")
                 else:
                     reason = (f"Kafka put the record of partition {p} at offset {got} where offset "
                               f"{entry.offset} was predicted [{OFFSET_RULE}]: another producer writes topic "
                               f"{self.topic!r}; the edge must be its only writer")
         if reason is None:
+            if self._down:
+                self._down = False
+                log.warning("capture log on Kafka: Kafka at kafka.bootstrap_servers = %r confirms records again; "
+                            "acknowledging resumes", self.config.kafka.bootstrap_servers)
+            if _FAILPOINTS:
+                failpoint("capture-kafka-delivered", entry.seq)  # in Kafka, not yet acknowledged
             if self.fsync_latency is not None:
                 self.fsync_latency.observe(time.monotonic() - entry.t0)
             entry.future.set_result(None)
+            if _FAILPOINTS:
+                failpoint("capture-kafka-acked", entry.seq)  # its waiters may have acknowledged
         else:
-            self._fail(reason, entry)
+            self._fail(reason, entry, unavailable=unavailable)
 
     def _on_error(self, err) -> None:
+        """librdkafka's error callback (on the poller thread)."""
+        from confluent_kafka import KafkaError
+
+        servers = self.config.kafka.bootstrap_servers
         if err.fatal():
             self._fail(f"the Kafka producer hit a fatal error: {err.str()}")
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+            if not self._down:  # one line per outage; librdkafka repeats itself
+                self._down = True
+                self.stats["outages"] += 1
+                with self._lock:
+                    waiting = sum(len(q) for q in self._inflight)
+                log.warning("capture log on Kafka: no broker answers at kafka.bootstrap_servers = %r (%s): "
+                            "nothing is acknowledged until one does (%d records waiting); a record Kafka has "
+                            "not confirmed within kafka.delivery_timeout_ms = %d ms fails the capture log (the "
+                            "edge then stops)", servers, err.str(), waiting, self.config.kafka.delivery_timeout_ms)
+        elif self._down and err.code() in (KafkaError._TRANSPORT, KafkaError._RESOLVE):
+            log.info("capture log on Kafka (%s): %s", servers, err.str())  # said once already
         else:
-            log.warning("capture log on Kafka (%s): %s", self.config.kafka.bootstrap_servers, err.str())
+            log.warning("capture log on Kafka (%s): %s", servers, err.str())
 
-    def _fail(self, reason: str, entry: _Entry | None = None) -> None:
+    def _fail(self, reason: str, entry: _Entry | None = None, unavailable: bool = False) -> None:
         with self._lock:
             if self._failed is None:
                 self._failed = CaptureWriteError(
                     f"capture log on Kafka topic {self.topic!r} failed: {reason}; every record appended but not "
                     "yet confirmed by Kafka fails, and so does every later append (nothing depending on them "
                     "may be acknowledged); reopen the log")
+                self._failed.unavailable = unavailable
             err = self._failed
             entries = [entry] if entry is not None else []
             for q in self._inflight:

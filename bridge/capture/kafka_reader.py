@@ -34,6 +34,8 @@ __all__ = ["KafkaLogReader"]
 
 #: A read that gets no record for this many seconds while records are due fails.
 STALL_S = 30.0
+#: Seconds a reading of the partitions' offsets may take (retrying a leader that died).
+WATERMARK_TIMEOUT_S = 30.0
 _SEQ = "seq"
 
 
@@ -92,18 +94,33 @@ class KafkaLogReader:
 
     # ------------------------------------------------------------- offsets
     def _watermarks(self) -> list[tuple[int, int]]:
+        """Per partition (low, high) watermarks. A query goes to the leader
+        the consumer knows, and librdkafka keeps asking a leader that died
+        until its metadata refresh (minutes): after a failed attempt, a new
+        consumer asks again (it learns the leaders afresh), for up to
+        WATERMARK_TIMEOUT_S in all (Kafka replaces a dead leader within
+        broker.session.timeout.ms, 9 s by default, and an election)."""
         from confluent_kafka import KafkaException, TopicPartition
 
         out = []
         with self._lock:
-            c = self._conn(meta=True)
+            deadline = time.monotonic() + WATERMARK_TIMEOUT_S
             for p in range(self.partitions):
-                try:
-                    out.append(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10))
-                except KafkaException as exc:
-                    raise LogUnavailableError(
-                        f"capture log on Kafka: could not read the offsets of topic {self.topic!r} partition {p} "
-                        f"at kafka.bootstrap_servers = {self.config.kafka.bootstrap_servers!r}: {exc}") from None
+                while True:
+                    c = self._conn(meta=True)
+                    try:
+                        out.append(c.get_watermark_offsets(
+                            TopicPartition(self.topic, p), timeout=max(min(deadline - time.monotonic(), 3.0), 0.5)))
+                        break
+                    except KafkaException as exc:
+                        self._meta = None
+                        c.close()
+                        if time.monotonic() >= deadline:
+                            raise LogUnavailableError(
+                                f"capture log on Kafka: could not read the offsets of topic {self.topic!r} "
+                                f"partition {p} at kafka.bootstrap_servers = "
+                                f"{self.config.kafka.bootstrap_servers!r} within {WATERMARK_TIMEOUT_S:g} s: "
+                                f"{exc}") from None
         return out
 
     def earliest_offsets(self) -> list[int]:
