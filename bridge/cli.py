@@ -26,7 +26,7 @@ import ssl
 import sys
 from typing import Callable, Sequence
 
-from bridge.capture.errors import CaptureError
+from bridge.capture.errors import EXIT_UNAVAILABLE, CaptureError, unavailable
 from bridge.config import PATH_KEYS, Config, ConfigError, load_config
 from bridge.edge.auth import PasswordFileError
 from bridge.javacheck import JavaMissing
@@ -172,7 +172,8 @@ def guarded(run: Callable[[], int | None], config: Config, what: str) -> int:
     """``run()``'s exit code; a failure the user can mend is one line on
     stderr instead of a traceback: exit 2 for usage and configuration, 1 for
     the ``ONE_LINE_FAILURES`` (a busy port, a locked capture log, a file that
-    cannot be read). Also the edge child process's (:mod:`bridge.commands.edge_child`)."""
+    cannot be read), 75 when the capture log's storage did not answer (Kafka:
+    try again later, ``EXIT_UNAVAILABLE``). Also the edge child process's (:mod:`bridge.commands.edge_child`)."""
     from bridge.job.edge_process import EdgeStartFailed
 
     try:
@@ -190,7 +191,7 @@ def guarded(run: Callable[[], int | None], config: Config, what: str) -> int:
         log.debug("%s failed", what, exc_info=True)
         msg = failure_line(exc, config)
         print(msg if msg.startswith("lakegate:") else f"lakegate: {msg}", file=sys.stderr)
-        return 1
+        return EXIT_UNAVAILABLE if unavailable(exc) else 1
     except KeyboardInterrupt:
         return 130
 

@@ -105,6 +105,18 @@ class RecordTooLargeError(CaptureError, ValueError):
                          "it was not written")
 
 
+#: The exit code of a command whose capture log could not be reached, at start
+#: or while running (sysexits' EX_TEMPFAIL: try again later): ``lakegate run``
+#: starts its edge again on it, with back-off, and so can a service manager.
+EXIT_UNAVAILABLE = 75
+
+
+def unavailable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says the capture log's storage did not answer (Kafka
+    down or unreachable), as opposed to a failure reopening cannot mend."""
+    return isinstance(exc, LogUnavailableError) or bool(getattr(exc, "unavailable", False))
+
+
 class LogUnavailableError(CaptureError):
     """The capture log's storage cannot be reached (on Kafka: no broker at
     ``kafka.bootstrap_servers`` answered in time)."""

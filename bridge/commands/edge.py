@@ -65,6 +65,8 @@ async def _serve(config: Config) -> int:
         if metrics is not None:
             metrics.stop()
     if server.failed is not None:
+        from bridge.capture.errors import EXIT_UNAVAILABLE, unavailable
+
         print(f"lakegate: edge stopped: capture log failed: {server.failed}", file=sys.stderr)
-        return 1
+        return EXIT_UNAVAILABLE if unavailable(server.failed) else 1
     return 0

@@ -89,7 +89,11 @@ async def _serve(config: Config, spec: dict) -> int:
             metrics.stop()
         failed = server.failed
         _report({"stopped": True, "failed": f"capture log failed: {failed}" if failed is not None else None})
-    return 1 if server.failed is not None else 0
+    if server.failed is None:
+        return 0
+    from bridge.capture.errors import EXIT_UNAVAILABLE, unavailable
+
+    return EXIT_UNAVAILABLE if unavailable(server.failed) else 1  # 75: the run starts it again
 
 
 def main() -> int:

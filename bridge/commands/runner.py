@@ -258,9 +258,14 @@ class Runner:
             self._edge_restarts = 0
         delay = 0.0 if self._edge_restarts == 0 else BACKOFF_S[min(self._edge_restarts - 1, len(BACKOFF_S) - 1)]
         self._edge_restarts += 1
+        from bridge.capture.errors import EXIT_UNAVAILABLE
+
+        how = describe_exit(edge.exit_status)
+        if edge.exit_status == EXIT_UNAVAILABLE:  # Kafka down: it said why (its own line, or `failed`)
+            how = f"stopped: {edge.failed or 'its capture log did not answer'}"
         log.error("edge: its process (pid %s) %s; starting it again on the same ports%s; what it acknowledged is "
-                  "in the capture log, its sessions come back from its journal", edge.pid,
-                  describe_exit(edge.exit_status), f" in {delay:.0f}s" if delay else "")
+                  "in the capture log, its sessions come back from its journal", edge.pid, how,
+                  f" in {delay:.0f}s" if delay else "")
         if self._stop.wait(delay):
             return True
         try:

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         try:
             log_end = {str(p): n for p, n in enumerate(open_reader(config).durable_offsets())}
         except CaptureError as exc:  # Kafka not answering: said, and the rest of the status still shown
-            print(f"lakegate status: the capture log on Kafka: {exc}", file=sys.stderr)
+            print(f"lakegate status: {exc}", file=sys.stderr)
     elif (config.capture_dir / "meta.json").exists():
         log_end = {str(p): n for p, n in enumerate(LogReader(config.capture_dir).durable_offsets())}
     now_lag = lag(end, log_end) if log_end else None

@@ -181,9 +181,15 @@ class EdgeProcess:
 
     @property
     def restartable(self) -> bool:
-        """It died by a signal nobody here sent (not stopped, no capture log failure)."""
+        """It died by a signal nobody here sent (not stopped, no capture log
+        failure), or its capture log's storage did not answer (Kafka down:
+        exit 75, at start or while running): starting it again mends both."""
+        from bridge.capture.errors import EXIT_UNAVAILABLE
+
         code = self.exit_status
-        return code is not None and code < 0 and not self._stopping and self.failed is None
+        if code is None or self._stopping:
+            return False
+        return (code < 0 and self.failed is None) or code == EXIT_UNAVAILABLE
 
     def wake_on_durable(self, live: Any) -> None:
         """Wake ``live`` (a LiveForwarder) whenever the edge made records durable."""

@@ -6,7 +6,8 @@ can act on the status alone and a person can read why:
 
 * ``edge``: the edge (its thread, or under ``lakegate run`` its process) is alive and listening;
 * ``capture_log``: the capture log accepts appends (not failed on a write
-  or fsync error);
+  or fsync error; on Kafka, no record waiting for Kafka's confirmation for
+  more than a few seconds);
 * ``job``: the streaming query is running and, when records wait in the log
   (lag > 0), its last batch is younger than ``max_batch_age_s`` (an idle
   job runs no batches: an old batch is not a fault then);

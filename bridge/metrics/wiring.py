@@ -90,7 +90,11 @@ def metrics_server(config: Config, edge: "EdgeThread | EdgeRef | EdgeProcess | N
             if log is None:
                 return False, "not open"
             failed = log.failed
-            return (failed is None, "writable" if failed is None else f"failed: {failed}")
+            if failed is not None:
+                return False, f"failed: {failed}"
+            stalled = getattr(log, "stalled", None)  # on Kafka: records waiting for it too long
+            why = stalled() if stalled is not None else None
+            return (why is None, "writable" if why is None else why)
 
         health.add("capture_log", capture_log)
 

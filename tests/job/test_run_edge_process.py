@@ -188,3 +188,33 @@ def test_run_edge_as_a_thread_when_own_process_is_false(tmp_path):
     finally:
         code = run.stop()
     assert code == 0, "".join(run.err)[-2000:]
+
+
+@pytest.mark.parametrize("exit_code,failed,restart", [
+    (75, "capture log failed: ... is Kafka at kafka.bootstrap_servers = '...' up?", True),  # Kafka away
+    (75, None, True),              # Kafka away at start: the child's one line, no "stopped" message
+    (1, "capture log failed: disk full", False),  # a failure starting again cannot mend
+    (-9, None, True),              # SIGKILLed from outside
+    (-9, "capture log failed: fsync", False),
+    (0, None, False),              # stopped cleanly
+])
+def test_run_starts_its_edge_again_when_the_capture_log_did_not_answer_exit_75(exit_code, failed, restart):
+    """``EdgeProcess.restartable``: a child that exited 75 (EXIT_UNAVAILABLE:
+    Kafka did not answer, at start or for longer than the delivery timeout)
+    is started again by the run, as one killed by a signal; one whose log
+    failed otherwise is not."""
+    import subprocess
+    import sys
+
+    from bridge.job.edge_process import EdgeProcess
+
+    edge = EdgeProcess(load_config(None, [], env={}))
+    try:
+        code = f"import os, signal; os.kill(os.getpid(), {-exit_code})" if exit_code < 0 else \
+            f"raise SystemExit({exit_code})"
+        edge.proc = subprocess.Popen([sys.executable, "-c", code])
+        edge.proc.wait(30)
+        edge.failed = failed
+        assert edge.restartable is restart
+    finally:
+        edge.close()
