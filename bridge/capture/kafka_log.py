@@ -64,7 +64,6 @@ drains the producer before the poller stops.
 from __future__ import annotations
 
 import collections
-import fcntl
 import logging
 import os
 import threading
@@ -78,14 +77,14 @@ from bridge.capture.errors import (
     CaptureError,
     CaptureWriteError,
     LogClosedError,
-    LogLockedError,
     LogMismatchError,
     LogUnavailableError,
     RecordTooLargeError,
 )
 from bridge.capture.kafka_conf import client_conf
-from bridge.capture.record import encode_headers, partition_for
+from bridge.capture.record import encode_headers
 from bridge.capture.writer import Ack
+from bridge.capture.writer_base import WriterBase, take_writer_lock
 from bridge.failpoints import failpoint
 
 __all__ = ["KafkaCaptureLog", "OFFSET_RULE", "PARTITIONS_RULE", "inspect_topic", "record_wire_size"]
@@ -308,20 +307,37 @@ def read_tail(config, partitions: int, timeout: float = TAIL_TIMEOUT_S) -> tuple
         consumer.close()
 
 
+class _Group:
+    """Records appended between two turns of the poller: one future for all
+    of them, resolved once each is confirmed and the group is sealed (no
+    more records join it), as the local log's group commit has one per
+    fsync: the edge hops to its loop once per group, not once per record."""
+
+    __slots__ = ("future", "count", "pending", "sealed", "seqs")
+
+    def __init__(self) -> None:
+        self.future: Future = Future()
+        self.count = 0      # records appended into it
+        self.pending = 0    # of those, not yet confirmed
+        self.sealed = False
+        self.seqs: list[int] | None = [] if _FAILPOINTS else None  # for the "acked" crash point
+
+
 class _Entry:
     """A record produced and awaiting its delivery report."""
 
-    __slots__ = ("offset", "seq", "size", "future", "t0")
+    __slots__ = ("offset", "seq", "size", "group", "future", "t0")
 
-    def __init__(self, offset: int, seq: int, size: int, future: Future, t0: float) -> None:
+    def __init__(self, offset: int, seq: int, size: int, group: _Group, t0: float) -> None:
         self.offset = offset
         self.seq = seq
         self.size = size
-        self.future = future
+        self.group = group
+        self.future = group.future
         self.t0 = t0
 
 
-class KafkaCaptureLog:
+class KafkaCaptureLog(WriterBase):
     """The capture log writer on Kafka. Create with :meth:`open`; thread-safe."""
 
     def __init__(self, config) -> None:
@@ -341,6 +357,7 @@ class KafkaCaptureLog:
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # appends waiting for room, flush, close
         self._inflight: list[collections.deque[_Entry]] = [collections.deque() for _ in range(self.partitions)]
+        self._group = _Group()  # the open group: appends join it (see _Group)
         self._next_offset: list[int] = [0] * self.partitions
         self._durable: list[int] = [0] * self.partitions
         self._next_seq = 0
@@ -397,15 +414,8 @@ class KafkaCaptureLog:
         from confluent_kafka.admin import AdminClient
 
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.root / "writer.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise LogLockedError(f"{self.root} is in use by another capture writer (pid {holder}); "
-                                 "only one lakegate edge may use a data_dir") from None
-        os.ftruncate(self._lock_fd, 0)
-        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = take_writer_lock(self.root, f"{self.root} is in use by another capture writer (pid {{pid}}); "
+                                                    "only one lakegate edge may use a data_dir")
 
         admin = AdminClient(client_conf(self.config, "admin"))
         have = inspect_topic(admin, self.config, create=True)
@@ -481,15 +491,6 @@ class KafkaCaptureLog:
         encode_headers(headers)  # checks the keys (seq is the log's) and the values
         return [(k, bytes(v)) for k, v in headers]
 
-    def _partition_of(self, partition_key: str) -> int:
-        cache = self._pcache
-        p = cache.get(partition_key)
-        if p is None:
-            if len(cache) >= 4096:
-                cache.clear()
-            p = cache[partition_key] = partition_for(partition_key, self.partitions)
-        return p
-
     def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hlist: list[tuple[str, bytes]],
                        timeout: float | None) -> Ack:
         from confluent_kafka import KafkaError, KafkaException
@@ -520,13 +521,17 @@ class KafkaCaptureLog:
                                         f"{_kafka_error(exc)}; it was not written") from None
         if _FAILPOINTS:
             failpoint("capture-kafka-after-produce", seq)
-        fut: Future = Future()
-        self._inflight[p].append(_Entry(offset, seq, size, fut, time.monotonic()))
+        g = self._group
+        g.count += 1
+        g.pending += 1
+        if g.seqs is not None:
+            g.seqs.append(seq)
+        self._inflight[p].append(_Entry(offset, seq, size, g, time.monotonic()))
         self._next_offset[p] = offset + 1
         self._next_seq = seq + 1
         self._pending_bytes += size
         self.stats["appends"] += 1
-        return Ack(p, offset, seq, fut)
+        return Ack(p, offset, seq, g.future)
 
     def _check_writable(self) -> None:
         if self._failed is not None:
@@ -608,6 +613,7 @@ class KafkaCaptureLog:
                     self._fail(f"{left} records were still not delivered when the log closed")
         if self._thread is not None:
             self._thread.join()
+        self._seal()  # confirmed during close's flush, after the poller's last turn
         with self._lock:
             stray = [e for q in self._inflight for e in q]
             for q in self._inflight:
@@ -631,12 +637,6 @@ class KafkaCaptureLog:
                 pass
             self._lock_fd = -1
 
-    def __enter__(self) -> "KafkaCaptureLog":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def apply_retention(self) -> None:
         """Kafka applies the topic's own retention; nothing to do here."""
         return None
@@ -658,29 +658,6 @@ class KafkaCaptureLog:
                 f"{self.config.kafka.bootstrap_servers!r} to confirm them"
                 f"{' (no broker answers)' if self._down else ''}; nothing of them is acknowledged")
 
-    @property
-    def failed(self) -> CaptureWriteError | None:
-        """The error that stopped the log, or None. Its ``unavailable``
-        attribute is True when Kafka did not answer (records not confirmed
-        within ``kafka.delivery_timeout_ms``): reopening succeeds once Kafka
-        is back; False for a wrong offset or a fatal producer error."""
-        return self._failed
-
-    def next_offsets(self) -> list[int]:
-        """Per partition, the offset the next append will get."""
-        with self._lock:
-            return list(self._next_offset)
-
-    def durable_offsets(self) -> list[int]:
-        """Per partition, the offset below which Kafka confirmed every record."""
-        with self._lock:
-            return list(self._durable)
-
-    @property
-    def next_seq(self) -> int:
-        with self._lock:
-            return self._next_seq
-
     def __repr__(self) -> str:
         return f"KafkaCaptureLog(topic={self.topic!r}, partitions={self.partitions})"
 
@@ -689,6 +666,7 @@ class KafkaCaptureLog:
         try:
             while True:
                 self._producer.poll(0.1)
+                self._seal()  # what arrived during the turn: a group of its own, resolved once confirmed
                 if self._delivered:
                     self._delivered = False
                     self.stats["commits"] += 1
@@ -706,6 +684,7 @@ class KafkaCaptureLog:
         """librdkafka's delivery report (on the poller thread, or close's flush)."""
         p = msg.partition()
         unavailable = False
+        done = None  # a group this report completes
         with self._lock:
             q = self._inflight[p] if 0 <= p < self.partitions else None
             if not q:
@@ -724,6 +703,14 @@ class KafkaCaptureLog:
                     self._delivered = True
                     self._room.notify_all()
                     reason = None
+                    g = entry.group
+                    g.pending -= 1
+                    if not g.pending:
+                        if g is self._group:  # every record of the open group is in: no need to wait a turn
+                            self._group = _Group()
+                            g.sealed = True
+                        if g.sealed:
+                            done = g
                 elif err is not None:
                     reason = (f"Kafka did not take the record of partition {p} offset {entry.offset}: "
                               f"{err.str()}")
@@ -746,11 +733,32 @@ class KafkaCaptureLog:
                 failpoint("capture-kafka-delivered", entry.seq)  # in Kafka, not yet acknowledged
             if self.fsync_latency is not None:
                 self.fsync_latency.observe(time.monotonic() - entry.t0)
-            entry.future.set_result(None)
-            if _FAILPOINTS:
-                failpoint("capture-kafka-acked", entry.seq)  # its waiters may have acknowledged
+            if done is not None:
+                self._resolve(done)
         else:
             self._fail(reason, entry, unavailable=unavailable)
+
+    def _seal(self) -> None:
+        """Close the open group to new records (the poller, after each turn):
+        a group's records all wait for its last one, so a group must stop
+        growing; resolved now when all of them are confirmed already."""
+        with self._lock:
+            g = self._group
+            if not g.count:
+                return
+            self._group = _Group()
+            g.sealed = True
+            if g.pending or self._failed is not None:
+                return
+        self._resolve(g)
+
+    @staticmethod
+    def _resolve(g: _Group) -> None:
+        if not g.future.done():
+            g.future.set_result(None)
+        if g.seqs is not None:
+            for seq in g.seqs:
+                failpoint("capture-kafka-acked", seq)  # its waiters may have acknowledged
 
     def _on_error(self, err) -> None:
         """librdkafka's error callback (on the poller thread)."""

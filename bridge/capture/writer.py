@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import fcntl
 import logging
 import os
 import threading
@@ -61,15 +60,15 @@ from bridge.capture.errors import (
     CaptureWriteError,
     LogClosedError,
     LogFormatError,
-    LogLockedError,
     LogMismatchError,
 )
 from bridge.capture.layout import (
     durable_path, meta_path, partition_dir, read_durable, read_meta, write_durable, write_meta,
 )
 from bridge.capture.partition import PartitionWriter
-from bridge.capture.record import encode_headers, encode_record, partition_for, record_size
+from bridge.capture.record import encode_headers, encode_record, record_size
 from bridge.capture.retention import apply_retention
+from bridge.capture.writer_base import WriterBase, take_writer_lock
 
 __all__ = ["Ack", "CaptureLog"]
 
@@ -131,7 +130,7 @@ class _Group:
         self.future: Future = Future()
 
 
-class CaptureLog:
+class CaptureLog(WriterBase):
     """The capture log writer. Create with :meth:`open`; thread-safe."""
 
     def __init__(self, root: Path, stream: str, partitions: int, segment_bytes: int, fsync_interval_ms: float,
@@ -233,15 +232,8 @@ class CaptureLog:
     def _open(self) -> None:
         root = self.root
         root.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(root / "writer.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise LogLockedError(f"capture log {root} is in use by another writer (pid {holder}); "
-                                 "only one lakegate edge may write a capture log") from None
-        os.ftruncate(self._lock_fd, 0)
-        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = take_writer_lock(root, f"capture log {root} is in use by another writer (pid {{pid}}); "
+                                               "only one lakegate edge may write a capture log")
 
         if meta_path(root).exists():
             meta = read_meta(root)
@@ -342,17 +334,6 @@ class CaptureLog:
         if self._committing and self.yield_to_flusher:
             time.sleep(0)  # (see append)
         return acks
-
-    def _partition_of(self, partition_key: str) -> int:
-        """:func:`partition_for`, remembered for the last few thousand keys
-        (a connection appends under one key many times)."""
-        cache = self._pcache
-        p = cache.get(partition_key)
-        if p is None:
-            if len(cache) >= 4096:
-                cache.clear()
-            p = cache[partition_key] = partition_for(partition_key, self.partitions)
-        return p
 
     def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hblob: bytes, hcount: int,
                        timeout: float | None) -> Ack:
@@ -468,33 +449,7 @@ class CaptureLog:
                     pass
                 setattr(self, name, -1)
 
-    def __enter__(self) -> "CaptureLog":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # ------------------------------------------------------------- state
-    @property
-    def failed(self) -> CaptureWriteError | None:
-        """The write error that stopped the log, or None."""
-        return self._failed
-
-    def next_offsets(self) -> list[int]:
-        """Per partition, the offset the next append will get."""
-        with self._lock:
-            return list(self._next_offset)
-
-    def durable_offsets(self) -> list[int]:
-        """Per partition, the offset below which every record is durable."""
-        with self._lock:
-            return list(self._durable)
-
-    @property
-    def next_seq(self) -> int:
-        with self._lock:
-            return self._next_seq
-
     def __repr__(self) -> str:
         return f"CaptureLog({str(self.root)!r}, partitions={self.partitions})"
 

@@ -255,6 +255,28 @@ def test_LG_capture_kafka_offset_another_producer_fails_the_log_and_later_append
         log.close()
 
 
+def test_acks_share_one_future_per_group_and_each_resolves_only_once_its_record_is_in_kafka(kafka, tmp_path):
+    """Records appended between two turns of the poller share one future (one
+    hop to the edge's loop per group, as a local group commit); every ack
+    resolves, and none before its own record is confirmed."""
+    cfg = _config(kafka, tmp_path)
+    with KafkaCaptureLog.open(cfg) as log:
+        log.append("edge:warm", b"k", b"w").wait(20)
+        acks = [log.append(f"edge:{i % 7}", b"k", b"v%d" % i) for i in range(2000)]  # faster than Kafka answers
+        assert len({id(a.future) for a in acks}) < len(acks)
+        for a in acks:
+            a.wait(30)
+            assert log.durable_offsets()[a.partition] > a.offset  # resolved only once its record is in
+        assert [a.durable() for a in acks] == [True] * len(acks)
+        ends = log.durable_offsets()
+    reader = open_reader(cfg)
+    try:
+        seqs = sorted(r.seq for p in range(PARTS) for r in reader.records(p, 0, ends[p]))
+    finally:
+        reader.close()
+    assert seqs == list(range(2001))
+
+
 def test_back_pressure_waits_instead_of_dropping(kafka, tmp_path):
     # linger 500 ms: the first records stay pending long enough for the checks below
     cfg = _config(kafka, tmp_path, "capture.max_pending_bytes=20000", "kafka.linger_ms=500")
