@@ -49,6 +49,7 @@ class KafkaLogReader:
         self.partitions = config.capture.partitions
         self._consumer = None  # reads records
         self._meta = None  # reads offsets (the reading one would answer after its fetch in flight)
+        self._known: list[tuple[int, int]] | None = None  # the watermarks seen last
         self._owner: object = None  # the iterator the consumer is assigned for
         self._lock = threading.RLock()
         if check:
@@ -121,7 +122,19 @@ class KafkaLogReader:
                                 f"partition {p} at kafka.bootstrap_servers = "
                                 f"{self.config.kafka.bootstrap_servers!r} within {WATERMARK_TIMEOUT_S:g} s: "
                                 f"{exc}") from None
+            self._known = out
         return out
+
+    def _check_range(self, p: int, start: int, end: int) -> None:
+        """OffsetOutOfRangeError unless start..end lies in the partition:
+        against the watermarks seen last (a range read from a durable end
+        just asked for), asking the brokers again only when it does not."""
+        known = self._known
+        if known is not None and known[p][0] <= start and end <= known[p][1]:
+            return  # high watermarks only grow; a low one that moved on shows as a read error
+        lo, hi = self._watermarks()[p]
+        if start < lo or end > hi:
+            raise OffsetOutOfRangeError(p, start, end, lo, hi)
 
     def earliest_offsets(self) -> list[int]:
         """Per partition, the first offset still in the topic."""
@@ -145,9 +158,7 @@ class KafkaLogReader:
             raise ValueError(f"capture log has partitions 0-{self.partitions - 1}, not {p}")
         if start >= end:
             return
-        lo, hi = self._watermarks()[p]
-        if start < lo or end > hi:
-            raise OffsetOutOfRangeError(p, start, end, lo, hi)
+        self._check_range(p, start, end)
         token = object()
         want = start
         last_progress = time.monotonic()
@@ -162,6 +173,8 @@ class KafkaLogReader:
             for m in msgs:
                 err = m.error()
                 if err is not None:
+                    self._known = None  # perhaps out of range by now (retention): say so if it is
+                    self._check_range(p, want, end)
                     raise CaptureError(f"capture log on Kafka: reading topic {self.topic!r} partition {p} "
                                        f"at offset {want}: {err.str()}")
                 o = m.offset()
