@@ -209,16 +209,17 @@ class JobProbe(Probe):
         self.batches: dict[int, tuple[int, int]] = {}
 
     def backlog(self) -> tuple[bool, int] | None:
-        from bridge.capture import LogReader
+        from bridge.capture import open_reader
         from bridge.job.progress import committed_offsets, lag, read_status
 
-        if self.reader is None:
-            if not (self.config.capture_dir / "meta.json").exists():
-                return None
-            self.reader = LogReader(self.config.capture_dir)
         batch, end = committed_offsets(self.checkpoint)
         if batch is None:
             return None
+        if self.reader is None:
+            # a committed batch: the capture log exists (local files or the Kafka topic)
+            if self.config.capture.backend == "local" and not (self.config.capture_dir / "meta.json").exists():
+                return None
+            self.reader = open_reader(self.config)
         ends = {str(p): n for p, n in enumerate(self.reader.durable_offsets())}
         new = batch != self.last_batch
         self.last_batch = batch
@@ -238,6 +239,13 @@ class JobProbe(Probe):
 
     def reset(self) -> None:
         self.batches = {}
+
+    def close(self) -> None:
+        """Let go of the capture log (a Kafka reader's consumers)."""
+        close = getattr(self.reader, "close", None)
+        self.reader = None
+        if close is not None:
+            close()
 
     def summary(self) -> dict:
         b = [v for k, v in sorted(self.batches.items())[1:]]  # the first may have started before the step

@@ -1,8 +1,9 @@
 """The two systems ``lakegate bench e2e`` measures, as processes: ``lakegate
 run`` in its own session (:class:`Lakegate`: start, kill the whole group,
 stop, CPU of every process in it) and the glue a user would otherwise write
-(:data:`GLUE_SCRIPT`, run by :class:`Glue`); and the RabbitMQ housekeeping
-of the bench's consumer queue (:func:`delete_queue`)."""
+(:data:`GLUE_SCRIPT`, run by :class:`Glue`); and the housekeeping of the
+bench's consumer queue in RabbitMQ (:func:`delete_queue`) and of the Kafka
+topics its ``--capture kafka`` runs create (:func:`delete_topic`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 from bridge.bench.edge import _cpu_seconds
 from bridge.config import Config, load_config
 
-__all__ = ["GLUE_SCRIPT", "Glue", "Lakegate", "delete_queue", "rabbitmqctl", "session_cpu", "session_stats"]
+__all__ = ["GLUE_SCRIPT", "Glue", "Lakegate", "delete_queue", "delete_topic", "rabbitmqctl", "session_cpu", "session_stats"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -399,3 +400,24 @@ def delete_queue(binding: str) -> str:
         return f"deleted {len(names)} queue(s) bound to {binding}"
     except (OSError, subprocess.SubprocessError) as exc:
         return f"could not delete the queue bound to {binding}: {exc}"
+
+
+def delete_topic(servers: str, topic: str, timeout: float = 30.0) -> str:
+    """Delete the Kafka topic a ``--capture kafka`` run created; what happened,
+    in a few words (never raises: the bench's figures stand either way)."""
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError as exc:
+        return f"not deleted: {exc}"
+    import logging
+
+    # kept in a name until the future answers: a client collected at once fails its futures (_DESTROY)
+    admin = AdminClient({"bootstrap.servers": servers, "logger": logging.getLogger("bridge.bench.rdkafka")})
+    try:
+        for fut in admin.delete_topics([topic], operation_timeout=timeout).values():
+            fut.result(timeout)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"not deleted: {exc}"
+    finally:
+        del admin
+    return "deleted"
