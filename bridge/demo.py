@@ -254,13 +254,13 @@ class Demo:
 
     # ------------------------------------------------------------ wait and report
     def _processed(self) -> bool:
-        from bridge.capture import open_reader
+        from bridge.capture import durable_ends
         from bridge.job.pipeline import checkpoint_path
         from bridge.job.progress import committed_offsets, lag
 
         if self.config.capture.backend == "local" and not (self.config.capture_dir / "meta.json").exists():
             return False  # the edge has not created it yet
-        end = {str(p): n for p, n in enumerate(open_reader(self.config).durable_offsets())}
+        end = {str(p): n for p, n in enumerate(durable_ends(self.config))}
         _batch, done = committed_offsets(checkpoint_path(self.config))
         return done is not None and lag(done, end) == 0
 
@@ -323,12 +323,12 @@ class Demo:
         marks; by the job: the job's batches, already waited for)."""
         from bridge.amqp.forwarded import ForwardedOffsets
         from bridge.amqp.live import read_live_status
-        from bridge.capture import open_reader
+        from bridge.capture import durable_ends
 
         if read_live_status(self.config.data_path) is None:
             return True
         marks = ForwardedOffsets(self.config.data_path, self.config.capture_stream)
-        return marks.behind(open_reader(self.config).durable_offsets()) == 0
+        return marks.behind(durable_ends(self.config)) == 0
 
     def _alarm_line(self, counter: "_Counter") -> str:
         """Whether the alarm (5 s Message Expiry Interval) made it to AMQP in
@@ -369,9 +369,9 @@ class Demo:
             sent = self.workload()
             _wait(self._processed, 180, "the job to process the workload")
             # the listener writes the status file just after the batch commits
-            from bridge.capture import open_reader
+            from bridge.capture import durable_ends
 
-            target = open_reader(self.config).durable_offsets()
+            target = durable_ends(self.config)
 
             def reported() -> bool:
                 end = (read_status(self.config.data_path) or {}).get("end_offsets", {})

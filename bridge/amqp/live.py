@@ -206,6 +206,9 @@ class LiveForwarder:
             self._thread.join(drain_s + self.config.amqp.disposition_timeout_s + 5)
         self._sync(force=True)
         (self.config.data_path / STATUS_FILE).unlink(missing_ok=True)  # lakegate status: no live forwarder now
+        if self._reader is not None and not self.alive:
+            self._reader.close()  # on Kafka: its consumers
+            self._reader = None
 
     @property
     def alive(self) -> bool:

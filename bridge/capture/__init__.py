@@ -25,7 +25,7 @@ from bridge.capture.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from bridge.capture.open import open_capture_log, open_reader
+from bridge.capture.open import durable_ends, open_capture_log, open_reader
 from bridge.capture.reader import LogReader, PartitionStats
 from bridge.capture.record import Record, partition_for
 from bridge.capture.writer import Ack, CaptureLog
@@ -48,6 +48,7 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "commit_offsets",
+    "durable_ends",
     "open_capture_log",
     "open_reader",
     "partition_for",

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from bridge.capture.reader import LogReader
     from bridge.capture.writer import CaptureLog
 
-__all__ = ["open_capture_log", "open_reader"]
+__all__ = ["durable_ends", "open_capture_log", "open_reader"]
 
 
 def _backend(config) -> str:
@@ -47,3 +47,14 @@ def open_reader(config) -> Union["LogReader", "KafkaLogReader"]:
     from bridge.capture.reader import LogReader
 
     return LogReader(config.capture_dir)
+
+
+def durable_ends(config) -> list[int]:
+    """Per partition, the end of the durable records of ``config``'s capture
+    log (on Kafka, the high watermarks), with a reader opened and closed
+    for it (a Kafka reader holds consumers: sockets and threads)."""
+    reader = open_reader(config)
+    try:
+        return reader.durable_offsets()
+    finally:
+        reader.close()

@@ -300,6 +300,9 @@ class LogReader:
                 self._diagnose(p, want, end)
 
     # --------------------------------------------------------------- stats
+    def close(self) -> None:
+        """Nothing to release (files are opened per read); the Kafka reader's twin closes its consumers."""
+
     def stats(self) -> list[PartitionStats]:
         """Per partition: first and next offsets, record count, bytes on disk,
         segment count, committed offsets per consumer."""

@@ -36,11 +36,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
     batch, end = committed_offsets(checkpoint_path(config))
     log_end: dict[str, int] = {}
     if config.capture.backend == "kafka":
-        from bridge.capture import open_reader
+        from bridge.capture import durable_ends
         from bridge.capture.errors import CaptureError
 
         try:
-            log_end = {str(p): n for p, n in enumerate(open_reader(config).durable_offsets())}
+            log_end = {str(p): n for p, n in enumerate(durable_ends(config))}
         except CaptureError as exc:  # Kafka not answering: said, and the rest of the status still shown
             print(f"lakegate status: {exc}", file=sys.stderr)
     elif (config.capture_dir / "meta.json").exists():

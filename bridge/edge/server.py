@@ -249,9 +249,13 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         await self._start_retained()
         t0 = time.monotonic()
         end = self.log.next_offsets()
-        self.store, owed_wills, replayed = await asyncio.to_thread(
-            recover, cfg.edge_state_dir, open_reader(cfg), end, self.log.stream,
-            self.router, time.time() - self.loop.time(), edge.max_inflight_messages)
+        reader = open_reader(cfg)
+        try:
+            self.store, owed_wills, replayed = await asyncio.to_thread(
+                recover, cfg.edge_state_dir, reader, end, self.log.stream,
+                self.router, time.time() - self.loop.time(), edge.max_inflight_messages)
+        finally:
+            reader.close()  # on Kafka: its consumers
         self._configure_store()
         self._expire_sessions()
         log.info("edge sessions recovered: %d persistent sessions, %d QoS 2 ids awaiting PUBREL, "

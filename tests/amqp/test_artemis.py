@@ -41,7 +41,7 @@ from tests.amqp import artemis
 from tests.amqp.artemis import ArtemisNode, TopicConsumer, unique
 from tests.amqp.rows import row
 from tests.amqp.test_receiver import send
-from tests.edge.conftest import edge_config, run_edge  # noqa: F401 - the edge's fixtures, for the downlink
+from tests.edge.conftest import capture_backend, edge_config, run_edge  # noqa: F401 - the edge's fixtures, for the downlink
 from tests.edge.test_downlink import cmd, link_ready, raw_subscriber
 from tests.waiting import holds_for, wait_for
 

@@ -70,6 +70,13 @@ def _submit_env() -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def capture():
+    """The imported ``edge`` fixture's capture log: the local one here (the
+    end-to-end test runs both; this one is about a cluster losing a worker)."""
+    return []
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """(master URL, state dir) of a master and two workers; all of it stopped afterwards, by pid."""

@@ -19,9 +19,14 @@ __all__ = ["RawClient", "wait_for", "wait_records"]
 class RawClient:
     """A TCP client that sends bytes and reads whole MQTT packets."""
 
+    #: every client made during the current test: closed after it (_close_raw_clients),
+    #: whether the test closed it or not (a test process has 1,024 descriptors select() can watch)
+    made: list["RawClient"] = []
+
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
+        RawClient.made.append(self)
 
     def send(self, data: bytes) -> RawClient:
         self.sock.sendall(data)
@@ -82,6 +87,14 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "local_capture(reason): in a module with CAPTURE_BACKENDS, runs on the local "
         "capture log only (it checks what only local files have)")
+
+
+@pytest.fixture(autouse=True)
+def _close_raw_clients():
+    yield
+    made, RawClient.made = RawClient.made, []
+    for c in made:
+        c.close()
 
 
 def pytest_generate_tests(metafunc):

@@ -44,8 +44,11 @@ def read_log(where) -> list:
     ``where`` a capture directory, or a Config (its ``capture.backend``:
     local files or a Kafka topic)."""
     reader = LogReader(where) if isinstance(where, (str, Path)) else open_reader(where)
-    durable = reader.durable_offsets()
-    recs = [r for p in range(reader.partitions) for r in reader.records(p, 0, durable[p])]
+    try:
+        durable = reader.durable_offsets()
+        recs = [r for p in range(reader.partitions) for r in reader.records(p, 0, durable[p])]
+    finally:
+        reader.close()  # a Kafka reader's consumers hold sockets: polled in a loop, they ran out of fds
     return sorted(recs, key=lambda r: r.seq)
 
 

@@ -30,8 +30,11 @@ class RetainedServing:
                               time.time() - self.loop.time(), self.edge.retained_cache_bytes)
         store.swap(await asyncio.to_thread(store.load))
         reader = open_reader(cfg)
-        start = store.start_offsets(reader.earliest_offsets())
-        read = await asyncio.to_thread(store.replay_log, reader, start, self.log.next_offsets())
+        try:
+            start = store.start_offsets(reader.earliest_offsets())
+            read = await asyncio.to_thread(store.replay_log, reader, start, self.log.next_offsets())
+        finally:
+            reader.close()  # on Kafka: its consumers
         self.retained = self.router.retained = store
         snap = store.snapshot
         log.info("edge retained messages: table version %s (%d topics%s), %d topics of this edge's "
