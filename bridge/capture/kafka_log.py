@@ -541,14 +541,7 @@ class KafkaCaptureLog(WriterBase):
             raise LogClosedError(f"capture log on Kafka topic {self.topic!r} is closed")
 
     def _wait_for_room(self, size: int, deadline: float | None) -> None:
-        while self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise BackPressureTimeout(
-                    f"capture log on Kafka: {self._pending_bytes} bytes are waiting for Kafka "
-                    f"(max_pending_bytes {self.max_pending_bytes}); append of {size} bytes timed out")
-            self._room.wait(remaining)
-            self._check_writable()
+        self._wait_below_max_pending(size, deadline, "capture log on Kafka", "Kafka")
 
     def _wait_queue(self, size: int, deadline: float | None) -> None:
         """librdkafka's queue was full: wait for a delivery (or a short while)."""

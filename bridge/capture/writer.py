@@ -376,14 +376,7 @@ class CaptureLog(WriterBase):
         deadline = None if timeout is None else time.monotonic() + timeout
         # No point waiting out the group commit interval: the disk is the limit.
         self._seal_locked()
-        while self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise BackPressureTimeout(
-                    f"capture log: {self._pending_bytes} bytes are waiting for the disk "
-                    f"(max_pending_bytes {self.max_pending_bytes}); append of {size} bytes timed out")
-            self._room.wait(remaining)
-            self._check_writable()
+        self._wait_below_max_pending(size, deadline, "capture log", "the disk")
 
     def has_room(self, nbytes: int = 0) -> bool:
         """True when an append of ``nbytes`` would not wait for the disk."""

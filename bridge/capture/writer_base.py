@@ -9,9 +9,10 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from pathlib import Path
 
-from bridge.capture.errors import CaptureWriteError, LogLockedError
+from bridge.capture.errors import BackPressureTimeout, CaptureWriteError, LogLockedError
 from bridge.capture.record import partition_for
 
 __all__ = ["WriterBase", "take_writer_lock"]
@@ -45,6 +46,9 @@ class WriterBase:
     _next_seq: int
     _failed: CaptureWriteError | None
     _pcache: dict[str, int]
+    _room: threading.Condition
+    _pending_bytes: int
+    max_pending_bytes: int
 
     def _partition_of(self, partition_key: str) -> int:
         """:func:`partition_for`, remembered for the last few thousand keys
@@ -79,6 +83,20 @@ class WriterBase:
     def next_seq(self) -> int:
         with self._lock:
             return self._next_seq
+
+    def _wait_below_max_pending(self, size: int, deadline: float | None, log_name: str, waiting_for: str) -> None:
+        """With ``_lock`` held: wait on ``_room`` until ``size`` more bytes fit
+        under ``max_pending_bytes`` (or nothing is pending); BackPressureTimeout
+        past ``deadline`` (``log_name``, ``waiting_for``: the log and what the
+        bytes wait for, in its message); a failure while waiting raises it."""
+        while self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise BackPressureTimeout(
+                    f"{log_name}: {self._pending_bytes} bytes are waiting for {waiting_for} (max_pending_bytes "
+                    f"{self.max_pending_bytes}); append of {size} bytes timed out")
+            self._room.wait(remaining)
+            self._check_writable()
 
     def __enter__(self):
         return self
