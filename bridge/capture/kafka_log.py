@@ -55,8 +55,10 @@ threads and the poller thread over shared state -- ``_lock`` with its
 ``_room`` condition, the per-partition queues of records awaiting their
 delivery report, the predicted and confirmed offsets, ``_pending_bytes`` and
 ``_failed`` -- and its parts are correct only together: an append predicts
-the offset and queues its entry under the lock in the order it produces, a
-delivery report pops the partition's oldest entry and checks the offset, a
+the offset and queues its entry under the lock in the order it produces,
+the delivery reports one poll serves are applied in their order under one
+lock (``_settle``), each popping its partition's oldest entry and checking
+the offset, a
 failure fails every queued entry and every later append, and ``close``
 drains the producer before the poller stops.
 """
@@ -74,15 +76,20 @@ from typing import Any, Callable, Iterable
 
 from bridge.capture.errors import (
     BackPressureTimeout,
-    CaptureError,
     CaptureWriteError,
     LogClosedError,
-    LogMismatchError,
-    LogUnavailableError,
     RecordTooLargeError,
 )
 from bridge.capture.kafka_conf import client_conf
-from bridge.capture.record import encode_headers
+from bridge.capture.kafka_topic import (
+    PARTITIONS_RULE,
+    check_retention,
+    inspect_topic,
+    kafka_error,
+    read_tail,
+    topic_configs,
+)
+from bridge.capture.record import Headers, encode_headers, kafka_headers_size
 from bridge.capture.writer import Ack
 from bridge.capture.writer_base import WriterBase, take_writer_lock
 from bridge.failpoints import failpoint
@@ -92,14 +99,6 @@ __all__ = ["KafkaCaptureLog", "OFFSET_RULE", "PARTITIONS_RULE", "inspect_topic",
 log = logging.getLogger(__name__)
 
 OFFSET_RULE = "LG-capture-kafka-offset"
-PARTITIONS_RULE = "LG-capture-kafka-partitions"
-RETENTION_RULE = "LG-capture-kafka-retention"
-#: Seconds open waits for the brokers (metadata, offsets, the last records).
-OPEN_TIMEOUT_S = 10.0
-#: Seconds open waits for the offsets and last records of the partitions: more
-#: than Kafka takes to replace a leader that died (broker.session.timeout.ms,
-#: 9 s by default, then the election).
-TAIL_TIMEOUT_S = 30.0
 #: Seconds a record may wait for Kafka's confirmation before ``/healthz`` fails.
 STALL_S = 5.0
 #: Kafka's record batch header (v2), which every batch of records carries.
@@ -119,192 +118,21 @@ def record_wire_size(key_len: int, value_len: int, headers: Iterable[tuple[str, 
     """An upper bound of the bytes of a batch holding only this record (Kafka
     record format v2, every varint at its widest): what the topic's
     ``max.message.bytes`` is checked against, and what back-pressure counts."""
-    n = BATCH_OVERHEAD + 5 + 1 + 10 + 5 + 5 + key_len + 5 + value_len + 5
-    for k, v in headers:
-        n += 10 + len(k) + len(v)
-    return n
+    return BATCH_OVERHEAD + 5 + 1 + 10 + 5 + 5 + key_len + 5 + value_len + 5 + kafka_headers_size(headers)
 
 
-def _kafka_error(exc: BaseException) -> str:
-    arg = exc.args[0] if exc.args else None
-    return arg.str() if hasattr(arg, "str") else str(exc)
+#: what a record's ``seq`` header adds to it at most (a 20-digit value)
+_SEQ_HEADER_BYTES = 10 + 3 + 20
 
 
-def inspect_topic(admin, config, create: bool, timeout: float = OPEN_TIMEOUT_S) -> int:
-    """Check the capture topic (creating it when missing and ``create`` and
-    ``kafka.create_topic``); returns its partition count. Raises
-    LogUnavailableError when no broker answers within ``timeout`` seconds,
-    LogMismatchError when the topic is missing or has fewer partitions than
-    ``capture.partitions``."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    topic = config.kafka_topic
-    want = config.capture.partitions
-    servers = config.kafka.bootstrap_servers
-    deadline = time.monotonic() + timeout
-    created = False
-    while True:
-        remaining = max(deadline - time.monotonic(), 0.1)
-        try:
-            md = admin.list_topics(topic=topic, timeout=remaining)
-        except KafkaException as exc:
-            raise LogUnavailableError(
-                f"capture log on Kafka: no broker answered at kafka.bootstrap_servers = {servers!r} within "
-                f"{timeout:g} s ({_kafka_error(exc)})") from None
-        t = md.topics.get(topic)
-        code = t.error.code() if t is not None and t.error is not None else None
-        if t is None or code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            if created:
-                pass  # created: wait for the metadata to show it
-            elif create and config.kafka.create_topic:
-                _create_topic(admin, config, NewTopic, KafkaError, KafkaException, remaining)
-                created = True
-            else:
-                raise LogMismatchError(
-                    f"capture log on Kafka: topic {topic!r} does not exist at {servers}; create it with "
-                    f"{want} partitions, or set kafka.create_topic = true")
-        elif code is None and t.partitions and all(
-                pm.error is None and pm.leader >= 0 for pm in t.partitions.values()):
-            have = len(t.partitions)
-            if have < want:
-                raise LogMismatchError(
-                    f"capture log on Kafka: topic {topic!r} has {have} partitions, fewer than "
-                    f"capture.partitions = {want} [{PARTITIONS_RULE}]; add partitions to the topic "
-                    f"(kafka-topics --alter --partitions {want}) or set capture.partitions = {have}")
-            return have
-        elif code is not None and code not in (KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
-                                               KafkaError.REQUEST_TIMED_OUT):
-            raise CaptureError(f"capture log on Kafka: topic {topic!r}: {t.error.str()}")
-        if time.monotonic() >= deadline:
-            raise LogUnavailableError(
-                f"capture log on Kafka: topic {topic!r} at kafka.bootstrap_servers = {servers!r} has no leader "
-                f"for every partition after {timeout:g} s")
-        time.sleep(0.1)
-
-
-def _create_topic(admin, config, NewTopic, KafkaError, KafkaException, timeout: float) -> None:
-    topic = config.kafka_topic
-    nt = NewTopic(topic, num_partitions=config.capture.partitions,
-                  replication_factor=config.kafka.replication_factor)
-    fut = admin.create_topics([nt], operation_timeout=timeout, request_timeout=timeout)[topic]
-    try:
-        fut.result(timeout=timeout + 1)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise CaptureError(f"capture log on Kafka: could not create topic {topic!r} "
-                               f"(kafka.create_topic = true): {_kafka_error(exc)}") from None
-    log.info("capture log on Kafka: created topic %s with %d partitions, replication factor %s",
-             topic, config.capture.partitions,
-             "the brokers' default" if config.kafka.replication_factor < 0 else config.kafka.replication_factor)
-
-
-def topic_max_message_bytes(admin, topic: str, timeout: float = OPEN_TIMEOUT_S) -> int:
-    """The topic's ``max.message.bytes`` (its own, or the brokers' default)."""
-    return int(topic_configs(admin, topic, timeout)["max.message.bytes"])
-
-
-def check_retention(config, entries: dict[str, str]) -> None:
-    """Refuse a topic whose clean-up would remove what the edge still needs:
-    compaction (it keeps one record per key: a client's frames but the last)
-    or time retention shorter than a persistent session may stay away
-    (``edge.persistent_session_expiry_s``: its queue is positions in the
-    topic) [LG-capture-kafka-retention]. Size retention cannot be checked
-    against time: a warning."""
-    topic = config.kafka_topic
-    policy = entries.get("cleanup.policy", "delete")
-    if "compact" in policy:
-        raise LogMismatchError(
-            f"Kafka topic {topic!r} has cleanup.policy={policy}: compaction keeps one record per key (one MQTT "
-            "client's last frame) and would delete captured messages; set cleanup.policy=delete "
-            f"[{RETENTION_RULE}]")
-    expiry_s = config.edge.persistent_session_expiry_s
-    retention_ms = int(entries.get("retention.ms", "-1"))
-    if retention_ms >= 0 and (expiry_s == 0 or retention_ms < expiry_s * 1000):
-        need = "unlimited (-1)" if expiry_s == 0 else f"at least {expiry_s * 1000} ms"
-        raise LogMismatchError(
-            f"Kafka topic {topic!r} keeps records {retention_ms} ms (retention.ms) but a persistent session may "
-            f"stay away {'for ever' if expiry_s == 0 else f'{expiry_s} s'} (edge.persistent_session_expiry_s) and "
-            f"its queued messages are positions in the topic: set the topic's retention.ms to {need}, or lower "
-            f"edge.persistent_session_expiry_s [{RETENTION_RULE}]")
-    if int(entries.get("retention.bytes", "-1")) >= 0:
-        log.warning("capture log on Kafka: topic %s has retention.bytes=%s: records may be deleted by size before "
-                    "a persistent session that is away has had them [%s]", topic, entries["retention.bytes"],
-                    RETENTION_RULE)
-
-
-def topic_configs(admin, topic: str, timeout: float = OPEN_TIMEOUT_S) -> dict[str, str]:
-    """The topic's configuration (its own values, or the brokers' defaults)."""
-    from confluent_kafka.admin import ConfigResource, ResourceType
-
-    fut = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout)
-    (f,) = fut.values()
-    try:
-        entries = f.result(timeout=timeout + 1)
-    except Exception as exc:
-        raise CaptureError(f"capture log on Kafka: could not read the configuration of topic {topic!r}: "
-                           f"{_kafka_error(exc)}") from None
-    return {k: e.value for k, e in entries.items() if e.value is not None}
-
-
-def read_tail(config, partitions: int, timeout: float = TAIL_TIMEOUT_S) -> tuple[list[int], list[int], int]:
-    """(earliest offsets, end offsets, next capture sequence) of the topic's
-    first ``partitions`` partitions: the sequence is one more than the
-    largest ``seq`` header of each partition's last record (0 when empty).
-    Waits up to ``timeout`` seconds for a partition whose leader does not
-    answer (a broker just killed leads it until Kafka elects another)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    topic = config.kafka_topic
-    deadline = time.monotonic() + timeout
-    consumer = Consumer(client_conf(config, "consumer"))
-    try:
-        lows, ends = [], []
-        for p in range(partitions):
-            while True:  # attempts of a few seconds: a leader SIGKILLed is replaced only once the controller
-                try:     # fences it (broker.session.timeout.ms), and each attempt asks the leader it knows
-                    lo, hi = consumer.get_watermark_offsets(
-                        TopicPartition(topic, p), timeout=max(min(deadline - time.monotonic(), 2.0), 0.5))
-                    break
-                except KafkaException as exc:
-                    if time.monotonic() >= deadline:
-                        raise LogUnavailableError(
-                            f"capture log on Kafka: could not read the end offset of topic {topic!r} partition "
-                            f"{p} at kafka.bootstrap_servers = {config.kafka.bootstrap_servers!r} within "
-                            f"{timeout:g} s (is the broker leading it down?): {_kafka_error(exc)}") from None
-                    consumer.close()  # a new one learns the partition's leader afresh
-                    consumer = Consumer(client_conf(config, "consumer"))
-            lows.append(lo)
-            ends.append(hi)
-        want = {p: ends[p] - 1 for p in range(partitions) if ends[p] > lows[p]}
-        next_seq = 0
-        if want:
-            consumer.assign([TopicPartition(topic, p, o) for p, o in want.items()])
-            while want:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise LogUnavailableError(
-                        f"capture log on Kafka: could not read the last record of topic {topic!r} "
-                        f"partition(s) {sorted(want)} within {timeout:g} s (the next capture sequence comes "
-                        "from their seq headers)")
-                msg = consumer.poll(min(remaining, 0.5))
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    raise CaptureError(f"capture log on Kafka: reading topic {topic!r}: {msg.error().str()}")
-                p = msg.partition()
-                if want.get(p) != msg.offset():
-                    continue
-                del want[p]
-                seq = dict(msg.headers() or ()).get(_SEQ)
-                if seq is None:
-                    log.warning("capture log on Kafka: the last record of topic %s partition %d (offset %d) "
-                                "has no seq header: not written by lakegate", topic, p, msg.offset())
-                    continue
-                next_seq = max(next_seq, int(seq) + 1)
-        return lows, ends, next_seq
-    finally:
-        consumer.close()
+def _kafka_headers(headers: Iterable[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], int]:
+    """(checked header pairs, the bytes they add to a record): computed once
+    for a :class:`~bridge.capture.record.Headers` (a connection's)."""
+    if type(headers) is Headers:
+        return headers.kafka()
+    encode_headers(headers)  # checks the keys (seq is the log's) and the values
+    pairs = [(k, bytes(v)) for k, v in headers]
+    return pairs, kafka_headers_size(pairs)
 
 
 class _Group:
@@ -313,28 +141,21 @@ class _Group:
     more records join it), as the local log's group commit has one per
     fsync: the edge hops to its loop once per group, not once per record."""
 
-    __slots__ = ("future", "count", "pending", "sealed", "seqs")
+    __slots__ = ("future", "count", "pending", "sealed", "seqs", "t0")
 
     def __init__(self) -> None:
         self.future: Future = Future()
+        self.t0 = 0.0       # when its first record was appended (monotonic)
         self.count = 0      # records appended into it
         self.pending = 0    # of those, not yet confirmed
         self.sealed = False
         self.seqs: list[int] | None = [] if _FAILPOINTS else None  # for the "acked" crash point
 
 
-class _Entry:
-    """A record produced and awaiting its delivery report."""
-
-    __slots__ = ("offset", "seq", "size", "group", "future", "t0")
-
-    def __init__(self, offset: int, seq: int, size: int, group: _Group, t0: float) -> None:
-        self.offset = offset
-        self.seq = seq
-        self.size = size
-        self.group = group
-        self.future = group.future
-        self.t0 = t0
+#: A record produced and awaiting its delivery report: a tuple (a few
+#: hundred thousand a second are made), fields at these indexes.
+_OFFSET, _SEQNO, _SIZE, _GROUP = range(4)
+_Entry = tuple  # (offset, seq, size, group)
 
 
 class KafkaCaptureLog(WriterBase):
@@ -357,6 +178,8 @@ class KafkaCaptureLog(WriterBase):
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # appends waiting for room, flush, close
         self._inflight: list[collections.deque[_Entry]] = [collections.deque() for _ in range(self.partitions)]
+        #: delivery reports (error, partition, offset) not yet applied (_settle)
+        self._reports: collections.deque[tuple[Any, int, int]] = collections.deque()
         self._group = _Group()  # the open group: appends join it (see _Group)
         self._next_offset: list[int] = [0] * self.partitions
         self._durable: list[int] = [0] * self.partitions
@@ -379,7 +202,8 @@ class KafkaCaptureLog(WriterBase):
         #: broker down)
         self.stats = {"appends": 0, "commits": 0, "fsyncs": 0, "bytes": 0, "truncated_bytes": 0,
                       "deliveries": 0, "queue_full": 0, "outages": 0}
-        #: a bridge.buckets.Buckets timing produce -> delivery report (None: not timed)
+        #: a bridge.buckets.Buckets timing each group: its first record produced -> its last confirmed
+        #: (None: not timed)
         self.fsync_latency = None
         #: called (no arguments, on the poller thread, after the acks) when
         #: deliveries made records durable; must be quick and must not raise
@@ -460,12 +284,13 @@ class KafkaCaptureLog(WriterBase):
         RecordTooLargeError (nothing produced, the log stays healthy)."""
         if not isinstance(key, (bytes, bytearray)) or not isinstance(value, (bytes, bytearray)):
             raise TypeError("capture append: key and value must be bytes")
-        hlist = self._headers(headers)
+        hlist, hsize = _kafka_headers(headers)
         ts = time.time_ns() // 1000 if timestamp_us is None else int(timestamp_us)
         p = self._partition_of(partition_key)
         with self._lock:
-            self._check_writable()
-            return self._append_locked(p, ts, bytes(key), bytes(value), hlist, timeout)
+            if self._failed is not None or self._stopping or self._closed:
+                self._check_writable()
+            return self._append_locked(p, ts, bytes(key), bytes(value), hlist, hsize, timeout)
 
     def append_many(self, partition_key: str, key: bytes,
                     items: list[tuple[bytes, Iterable[tuple[str, bytes]]]],
@@ -478,24 +303,17 @@ class KafkaCaptureLog(WriterBase):
         for value, headers in items:
             if not isinstance(value, (bytes, bytearray)):
                 raise TypeError("capture append: key and value must be bytes")
-            encoded.append((bytes(value), self._headers(headers)))
+            encoded.append((bytes(value), *_kafka_headers(headers)))
         ts = time.time_ns() // 1000
         p = self._partition_of(partition_key)
         key = bytes(key)
         with self._lock:
             self._check_writable()
-            return [self._append_locked(p, ts, key, v, h, timeout) for v, h in encoded]
-
-    @staticmethod
-    def _headers(headers: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
-        encode_headers(headers)  # checks the keys (seq is the log's) and the values
-        return [(k, bytes(v)) for k, v in headers]
+            return [self._append_locked(p, ts, key, v, h, hs, timeout) for v, h, hs in encoded]
 
     def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hlist: list[tuple[str, bytes]],
-                       timeout: float | None) -> Ack:
-        from confluent_kafka import KafkaError, KafkaException
-
-        size = record_wire_size(len(key), len(value), hlist) + 10 + 20  # + the seq header
+                       hsize: int, timeout: float | None) -> Ack:
+        size = (BATCH_OVERHEAD + 36 + len(key) + len(value)) + hsize + _SEQ_HEADER_BYTES  # record_wire_size
         if size > self.max_record_bytes:
             raise RecordTooLargeError(size, self.max_record_bytes, self._limit_what)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -509,24 +327,30 @@ class KafkaCaptureLog(WriterBase):
                 failpoint("capture-kafka-before-produce", seq)
             try:
                 self._producer.produce(self.topic, value=value, key=key, partition=p, timestamp=ts // 1000,
-                                       headers=[*hlist, (_SEQ, str(seq).encode("ascii"))])
+                                       headers=[*hlist, (_SEQ, b"%d" % seq)])
                 break
             except BufferError:  # librdkafka's queue is full: wait for deliveries, never drop
                 self.stats["queue_full"] += 1
                 self._wait_queue(size, deadline)
-            except KafkaException as exc:
+            except Exception as exc:
+                from confluent_kafka import KafkaError, KafkaException
+
+                if not isinstance(exc, KafkaException):
+                    raise
                 if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
                     raise RecordTooLargeError(size, self.max_record_bytes, self._limit_what) from None
                 raise CaptureWriteError(f"capture log on Kafka: librdkafka refused a record of partition {p}: "
-                                        f"{_kafka_error(exc)}; it was not written") from None
+                                        f"{kafka_error(exc)}; it was not written") from None
         if _FAILPOINTS:
             failpoint("capture-kafka-after-produce", seq)
         g = self._group
+        if not g.count:
+            g.t0 = time.monotonic()
         g.count += 1
         g.pending += 1
         if g.seqs is not None:
             g.seqs.append(seq)
-        self._inflight[p].append(_Entry(offset, seq, size, g, time.monotonic()))
+        self._inflight[p].append((offset, seq, size, g))
         self._next_offset[p] = offset + 1
         self._next_seq = seq + 1
         self._pending_bytes += size
@@ -604,16 +428,18 @@ class KafkaCaptureLog(WriterBase):
                 left = producer.flush(self.delivery_timeout_s + 5)
                 if left:
                     self._fail(f"{left} records were still not delivered when the log closed")
+        self._settle()  # reports close's flush served
         if self._thread is not None:
             self._thread.join()
+        self._settle()
         self._seal()  # confirmed during close's flush, after the poller's last turn
         with self._lock:
             stray = [e for q in self._inflight for e in q]
             for q in self._inflight:
                 q.clear()
         for e in stray:  # only after a failure: reports of purged records may be lost
-            if not e.future.done():
-                e.future.set_exception(self._failed or LogClosedError("capture log closed before Kafka "
+            if not e[_GROUP].future.done():
+                e[_GROUP].future.set_exception(self._failed or LogClosedError("capture log closed before Kafka "
                                                                       "confirmed the record"))
         self._producer = None
         self._release()
@@ -640,7 +466,7 @@ class KafkaCaptureLog(WriterBase):
         waiting for Kafka's confirmation longer than :data:`STALL_S` (Kafka
         down or slow); None when none is (``/healthz``'s ``capture_log``)."""
         with self._lock:
-            waiting = [q[0].t0 for q in self._inflight if q]
+            waiting = [q[0][_GROUP].t0 for q in self._inflight if q]  # its group's first record: no later
             n = sum(len(q) for q in self._inflight)
         if not waiting:
             return None
@@ -659,6 +485,7 @@ class KafkaCaptureLog(WriterBase):
         try:
             while True:
                 self._producer.poll(0.1)
+                self._settle()  # the delivery reports this poll served
                 self._seal()  # what arrived during the turn: a group of its own, resolved once confirmed
                 if self._delivered:
                     self._delivered = False
@@ -674,62 +501,84 @@ class KafkaCaptureLog(WriterBase):
             self._fail(f"the poller stopped: {exc!r}")
 
     def _on_delivery(self, err, msg) -> None:
-        """librdkafka's delivery report (on the poller thread, or close's flush)."""
-        p = msg.partition()
-        unavailable = False
-        done = None  # a group this report completes
+        """librdkafka's delivery report (on the poller thread, or close's
+        flush): queued, and applied by :meth:`_settle` with the others the
+        same poll served, under one lock."""
+        self._reports.append((err, msg.partition(), msg.offset()))
+
+    def _settle(self) -> None:
+        """Apply the delivery reports queued so far, in the order librdkafka
+        gave them: each pops its partition's oldest entry and checks the
+        offset; a group whose last record is confirmed resolves; a failed or
+        misplaced record fails the log."""
+        reports = self._reports
+        if not reports:
+            return
+        done: list[_Group] = []
+        seqs: list[int] | None = [] if _FAILPOINTS else None
+        failure = None
+        confirmed = 0
         with self._lock:
-            q = self._inflight[p] if 0 <= p < self.partitions else None
-            if not q:
-                if self._failed is not None:
-                    return  # failed already: its futures are resolved
-                reason = f"a delivery report for partition {p} that no record awaits"
-                entry = None
-            else:
+            inflight, durable, nparts = self._inflight, self._durable, self.partitions
+            size = 0
+            while reports:  # popped under the lock: two threads settling keep the order
+                err, p, got = reports.popleft()
+                q = inflight[p] if 0 <= p < nparts else None
+                if not q:
+                    if self._failed is not None:
+                        continue  # failed already: its futures are resolved
+                    failure = (f"a delivery report for partition {p} that no record awaits", None, False)
+                    break
                 entry = q.popleft()
-                got = msg.offset()
-                if err is None and got == entry.offset:
-                    self._durable[p] = got + 1
-                    self._pending_bytes -= entry.size
-                    self.stats["deliveries"] += 1
-                    self.stats["bytes"] += entry.size
-                    self._delivered = True
-                    self._room.notify_all()
-                    reason = None
-                    g = entry.group
-                    g.pending -= 1
-                    if not g.pending:
-                        if g is self._group:  # every record of the open group is in: no need to wait a turn
-                            self._group = _Group()
-                            g.sealed = True
-                        if g.sealed:
-                            done = g
-                elif err is not None:
-                    reason = (f"Kafka did not take the record of partition {p} offset {entry.offset}: "
-                              f"{err.str()}")
-                    if err.code() in _UNAVAILABLE_CODES:
-                        unavailable = True
-                        within = (f"not confirmed within kafka.delivery_timeout_ms = "
-                                  f"{self.config.kafka.delivery_timeout_ms} ms: " if err.code() == -192 else "")
-                        reason += (f" ({within}is Kafka at kafka.bootstrap_servers = "
-                                   f"{self.config.kafka.bootstrap_servers!r} up?)")
-                else:
-                    reason = (f"Kafka put the record of partition {p} at offset {got} where offset "
-                              f"{entry.offset} was predicted [{OFFSET_RULE}]: another producer writes topic "
-                              f"{self.topic!r}; the edge must be its only writer")
-        if reason is None:
-            if self._down:
-                self._down = False
-                log.warning("capture log on Kafka: Kafka at kafka.bootstrap_servers = %r confirms records again; "
-                            "acknowledging resumes", self.config.kafka.bootstrap_servers)
-            if _FAILPOINTS:
-                failpoint("capture-kafka-delivered", entry.seq)  # in Kafka, not yet acknowledged
-            if self.fsync_latency is not None:
-                self.fsync_latency.observe(time.monotonic() - entry.t0)
-            if done is not None:
-                self._resolve(done)
-        else:
-            self._fail(reason, entry, unavailable=unavailable)
+                if err is not None:
+                    why, unavailable = self._delivery_error(err, p, entry[_OFFSET])
+                    failure = (why, entry, unavailable)
+                    break
+                if got != entry[_OFFSET]:
+                    failure = (f"Kafka put the record of partition {p} at offset {got} where offset "
+                               f"{entry[_OFFSET]} was predicted [{OFFSET_RULE}]: another producer writes topic "
+                               f"{self.topic!r}; the edge must be its only writer", entry, False)
+                    break
+                durable[p] = got + 1
+                size += entry[_SIZE]
+                confirmed += 1
+                if seqs is not None:
+                    seqs.append(entry[_SEQNO])
+                g = entry[_GROUP]
+                g.pending -= 1
+                if not g.pending:
+                    if g is self._group:  # every record of the open group is in: no need to wait a turn
+                        self._group = _Group()
+                        g.sealed = True
+                    if g.sealed:
+                        done.append(g)
+            if confirmed:
+                self._pending_bytes -= size
+                self.stats["deliveries"] += confirmed
+                self.stats["bytes"] += size
+                self._delivered = True
+                self._room.notify_all()  # appends waiting for room, flush
+        if confirmed and self._down:
+            self._down = False
+            log.warning("capture log on Kafka: Kafka at kafka.bootstrap_servers = %r confirms records again; "
+                        "acknowledging resumes", self.config.kafka.bootstrap_servers)
+        if seqs:
+            for seq in seqs:
+                failpoint("capture-kafka-delivered", seq)  # in Kafka, not yet acknowledged
+        for g in done:
+            self._resolve(g)
+        if failure is not None:
+            self._fail(failure[0], failure[1], unavailable=failure[2])
+
+    def _delivery_error(self, err, p: int, offset: int) -> tuple[str, bool]:
+        """(why, whether Kafka did not answer) of a failed delivery."""
+        reason = f"Kafka did not take the record of partition {p} offset {offset}: {err.str()}"
+        if err.code() not in _UNAVAILABLE_CODES:
+            return reason, False
+        within = (f"not confirmed within kafka.delivery_timeout_ms = {self.config.kafka.delivery_timeout_ms} ms: "
+                  if err.code() == -192 else "")
+        return reason + f" ({within}is Kafka at kafka.bootstrap_servers = {self.config.kafka.bootstrap_servers!r} " \
+                        "up?)", True
 
     def _seal(self) -> None:
         """Close the open group to new records (the poller, after each turn):
@@ -745,8 +594,9 @@ class KafkaCaptureLog(WriterBase):
                 return
         self._resolve(g)
 
-    @staticmethod
-    def _resolve(g: _Group) -> None:
+    def _resolve(self, g: _Group) -> None:
+        if self.fsync_latency is not None:  # its first record's produce -> its last one's confirmation
+            self.fsync_latency.observe(time.monotonic() - g.t0)
         if not g.future.done():
             g.future.set_result(None)
         if g.seqs is not None:
@@ -792,5 +642,5 @@ class KafkaCaptureLog(WriterBase):
         log.error("capture log on Kafka topic %s: %s; failing %d unconfirmed appends; reopen the log",
                   self.topic, reason, len(entries))
         for e in entries:
-            if not e.future.done():
-                e.future.set_exception(err)
+            if not e[_GROUP].future.done():
+                e[_GROUP].future.set_exception(err)

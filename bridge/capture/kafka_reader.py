@@ -55,7 +55,7 @@ class KafkaLogReader:
         if check:
             from confluent_kafka.admin import AdminClient
 
-            from bridge.capture.kafka_log import inspect_topic
+            from bridge.capture.kafka_topic import inspect_topic
 
             inspect_topic(AdminClient(client_conf(config, "admin")), config, create=False)
 

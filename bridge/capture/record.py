@@ -68,6 +68,11 @@ _KEY_BYTES = {k: k.encode("ascii") for k in _CALLER_KEYS}
 _SEQ = "seq"
 
 
+def kafka_headers_size(pairs: Iterable[tuple[str, bytes]]) -> int:
+    """The bytes headers add to a Kafka record (format v2), each varint at its widest."""
+    return sum(10 + len(k) + len(v) for k, v in pairs)
+
+
 def partition_for(partition_key: str, partitions: int) -> int:
     """The partition of a connection: a stable hash (CRC-32 of the UTF-8 key) mod N.
 
@@ -103,11 +108,12 @@ class Headers(list):
     encoding only those. Treat it as read-only once encoded (a plain list
     made from it, e.g. by ``+``, is encoded afresh)."""
 
-    __slots__ = ("_enc",)
+    __slots__ = ("_enc", "_kafka")
 
     def __init__(self, pairs: Iterable[tuple[str, bytes]] = ()) -> None:
         super().__init__(pairs)
         self._enc: tuple[bytes, bytes, int, bytes] | None = None
+        self._kafka: tuple[list[tuple[str, bytes]], int] | None = None
 
     def _parts(self) -> tuple[bytes, bytes, int, bytes]:
         enc = self._enc
@@ -120,8 +126,20 @@ class Headers(list):
         enc = self._parts()
         return enc[3], enc[2]
 
+    def kafka(self) -> tuple[list[tuple[str, bytes]], int]:
+        """The pairs as Kafka record headers (checked as :func:`encode_headers`
+        checks them, values bytes) and the bytes they add to a Kafka record
+        at most: computed once (the capture log on Kafka)."""
+        kf = self._kafka
+        if kf is None:
+            self._parts()  # checks the keys and values
+            pairs = [(k, bytes(v)) for k, v in self]
+            kf = self._kafka = (pairs, kafka_headers_size(pairs))
+        return kf
+
     def plus(self, extra: list[tuple[str, bytes]]) -> "Headers":
         h = Headers.__new__(Headers)
+        h._kafka = None
         list.extend(h, self)
         list.extend(h, extra)
         t0, d0, n0, _blob = self._parts()

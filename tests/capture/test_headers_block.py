@@ -39,3 +39,24 @@ def test_append_many_is_append_one_by_one(tmp_path):
     recs = list(reader.records(one.partition, 0, 3))
     assert [r.value for r in recs] == [b"\x40\x02\x00\x01", b"\x40\x02\x00\x02", b"\x40\x02\x00\x03"]
     assert dict(recs[1].stored_headers)["ack_ref"] == b"0:3"
+
+
+@pytest.mark.parametrize("extra", [[("ack_ref", b"0:12")], [("dup", b"1"), ("alias_topic", b"a/b")], []])
+def test_kafka_headers_are_the_pairs_checked_and_sized_once(extra):
+    """The capture log on Kafka sends a connection's Headers as Kafka record
+    headers: the same pairs (values bytes), sized as kafka_headers_size says
+    for the plain list, through plus() too."""
+    from bridge.capture.record import kafka_headers_size
+
+    h = Headers(BASE).plus(extra)
+    pairs, size = h.kafka()
+    assert pairs == BASE + extra and all(type(v) is bytes for _k, v in pairs)
+    assert size == kafka_headers_size(BASE + extra) == sum(10 + len(k) + len(v) for k, v in BASE + extra)
+    assert h.kafka() is h.kafka()  # computed once
+
+
+def test_kafka_headers_refuse_unknown_keys_and_seq():
+    with pytest.raises(ValueError, match="unknown capture header key 'nope'"):
+        Headers(BASE).plus([("nope", b"x")]).kafka()
+    with pytest.raises(ValueError, match="'seq' is assigned by the capture log"):
+        Headers([("seq", b"1")]).kafka()
