@@ -121,6 +121,51 @@ def kafka_topic(kafka):
     delete_kafka_topics(kafka, made)
 
 
+def _port_busy(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return False
+        except OSError:
+            return True
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory):
+    """A three-node Kafka cluster (scripts/kafka --nodes 3: replication factor
+    3, min.insync.replicas 2) of the module's own, on free loopback ports,
+    stopped after the module: (bootstrap servers, the script's arguments for
+    :func:`kafka_node`)."""
+    import subprocess
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    base = free()  # brokers P..P+2, controllers P+100..P+102
+    while base > 65000 - 200 or any(_port_busy(base + d) for d in (0, 1, 2, 100, 101, 102)):
+        base = free()
+    d = tmp_path_factory.mktemp("kafka3")
+    args = ["--nodes", "3", "--port", str(base), "--dir", str(d)]
+    script = str(ROOT / "scripts" / "kafka")
+    up = subprocess.run([script, "up", *args], capture_output=True, text=True, timeout=180)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield ",".join(f"127.0.0.1:{base + i}" for i in range(3)), args
+    finally:
+        subprocess.run([script, "down", *args], capture_output=True, timeout=120)
+
+
+def kafka_node(cmd: str, node: int, args: list[str]) -> None:
+    """``scripts/kafka kill|start NODE`` on a :func:`kafka_cluster`."""
+    import subprocess
+
+    r = subprocess.run([str(ROOT / "scripts" / "kafka"), cmd, str(node), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run, built by the project's factory."""

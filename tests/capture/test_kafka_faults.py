@@ -2,8 +2,9 @@
 the real Kafka: a real ``lakegate edge`` subprocess (``capture.backend =
 "kafka"``, a topic of each test's own) with QoS 1 publishers on raw sockets.
 
-* the edge SIGKILLed at five points of the append / delivery / ack path and
-  started again at once on the same data_dir and topic: every PUBACKed
+* the edge SIGKILLed at five points of the append / delivery / ack path
+  (on the one-node Kafka and on the three-node cluster) and started again
+  at once on the same data_dir and topic: every PUBACKed
   message is in the topic once, in its client's partition, in publish
   order; the restart predicts its offsets right [LG-capture-kafka-offset];
   and the job run once over the topic writes one ``messages`` row per
@@ -39,7 +40,7 @@ import pytest
 from bridge.capture.kafka_reader import KafkaLogReader
 from bridge.capture.record import partition_for
 from bridge.config import load_config
-from tests.conftest import child_env
+from tests.conftest import child_env, kafka_node
 from tests.edge.util import connect
 from tests.waiting import holds_for, wait_for
 
@@ -306,14 +307,21 @@ PER_PUB = 150
 
 @pytest.mark.spark
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("brokers", ["one-node", "three-node"])
 def test_lg_capture_kafka_offset_edge_sigkilled_at_five_points_loses_no_acked_message_nor_duplicates_a_row(
-        kafka, spark, tmp_path):
+        brokers, request, spark, tmp_path):
+    """On the one-node Kafka, and on the three-node cluster with replication
+    factor 3 (acks=all waits for min.insync.replicas = 2 of them)."""
     from bridge.tables.deltars import DeltaRsEngine
     from tests.job.frames import run_once
 
+    if brokers == "one-node":
+        kafka, extra = request.getfixturevalue("kafka"), ()
+    else:
+        kafka, extra = request.getfixturevalue("kafka_cluster")[0], ("kafka.replication_factor=3",)
     topic = f"lg-faults-{uuid.uuid4().hex[:10]}"
     data = tmp_path / "data"
-    cfg = _config(kafka, topic, data)
+    cfg = _config(kafka, topic, data, *extra)
     pubs: list[Publisher] = []
     try:
         for run, (how, point, at) in enumerate(KILLS):
@@ -321,7 +329,7 @@ def test_lg_capture_kafka_offset_edge_sigkilled_at_five_points_loses_no_acked_me
             if how == "failpoint":
                 ends = sum(_ends(cfg)) if run else 0
                 fp = f"{point}@{ends + at}"  # next seq >= the records in the topic; dies after `at` more
-            edge = _edge_start(tmp_path, kafka, topic, data, failpoints=fp, name=f"run{run}")
+            edge = _edge_start(tmp_path, kafka, topic, data, *extra, failpoints=fp, name=f"run{run}")
             try:
                 assert "next offsets" in edge.stderr()
                 mine = [Publisher(edge.port, run, k, PER_PUB, window=10) for k in range(PUBS)]
@@ -341,7 +349,7 @@ def test_lg_capture_kafka_offset_edge_sigkilled_at_five_points_loses_no_acked_me
             finally:
                 edge.kill()
             # the next run starts at once: right after the kill [LG-capture-kafka-offset]
-        edge = _edge_start(tmp_path, kafka, topic, data, name="last")
+        edge = _edge_start(tmp_path, kafka, topic, data, *extra, name="last")
         try:
             last = [Publisher(edge.port, len(KILLS), k, 40, window=10) for k in range(PUBS)]
             for p in last:
@@ -476,29 +484,6 @@ def _read_lines(child: subprocess.Popen, n: int, timeout: float) -> tuple[list[s
 
 
 # ------------------------------------------- 2. a broker of three SIGKILLed
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A three-node Kafka cluster of this module's own (scripts/kafka), stopped after."""
-    base = _free_port()
-    while base > 65000 - 200 or any(_busy(base + d) for d in (0, 1, 2, 100, 101, 102)):
-        base = _free_port()
-    d = tmp_path_factory.mktemp("kafka3")
-    args = ["--nodes", "3", "--port", str(base), "--dir", str(d)]
-    up = subprocess.run([KAFKA_SCRIPT, "up", *args], capture_output=True, text=True, timeout=180)
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        if "not started" in up.stdout:
-            pytest.skip(up.stdout.strip())
-        yield ",".join(f"127.0.0.1:{base + i}" for i in range(3)), args
-    finally:
-        subprocess.run([KAFKA_SCRIPT, "down", *args], capture_output=True, timeout=120)
-
-
-def _kafka(cmd: str, node: int, args: list[str]) -> None:
-    r = subprocess.run([KAFKA_SCRIPT, cmd, str(node), *args], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
 def _leader(servers: str, topic: str, partition: int) -> int:
     from confluent_kafka.admin import AdminClient
 
@@ -509,13 +494,13 @@ def _leader(servers: str, topic: str, partition: int) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_lg_capture_kafka_offset_a_partition_leader_sigkilled_under_qos1_load_loses_no_acked_message(
-        cluster, tmp_path):
+        kafka_cluster, tmp_path):
     """Replication factor 3, min.insync.replicas 2, acks=all: the leader of
     a publisher's partition SIGKILLed a third into a bounded QoS 1 load;
     librdkafka's idempotent producer re-sends to the new leader and the
     offsets stay dense: the edge never fails [LG-capture-kafka-offset],
     every PUBACKed message is in the topic once, in publish order."""
-    servers, args = cluster
+    servers, args = kafka_cluster
     topic = f"lg-faults3-{uuid.uuid4().hex[:10]}"
     data = tmp_path / "data"
     cfg = _config(servers, topic, data, "kafka.replication_factor=3")
@@ -530,7 +515,7 @@ def test_lg_capture_kafka_offset_a_partition_leader_sigkilled_under_qos1_load_lo
             wait_for(lambda: sum(len(p.acked) for p in pubs) >= 1500, 60, "a third of the load PUBACKed")
             part = partition_for(_partition_key(_topic_records(cfg), pubs[0].client_id), PARTS)
             killed = _leader(servers, topic, part)
-            _kafka("kill", killed, args)
+            kafka_node("kill", killed, args)
             n_at_kill = len(pubs[0].acked)
             for p in pubs:
                 p.join(120)
@@ -548,18 +533,18 @@ def test_lg_capture_kafka_offset_a_partition_leader_sigkilled_under_qos1_load_lo
         assert _check_acked_in_topic(records, pubs) == 12000
     finally:
         if killed is not None:
-            _kafka("start", killed, args)
+            kafka_node("start", killed, args)
         _delete_topic(servers, topic)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_lg_capture_kafka_offset_reopened_right_after_a_kill_on_three_replicas_predicts_its_offsets(
-        cluster, tmp_path):
+        kafka_cluster, tmp_path):
     """As on one node, with replication factor 3: the high watermark the
     reopened log starts from trails the leader's log end until the
     followers have the dead producer's last records."""
-    servers, _args = cluster
+    servers, _args = kafka_cluster
     _reopen_after_kill(servers, tmp_path, "kafka.replication_factor=3")
 
 
@@ -623,7 +608,7 @@ def test_lg_edge_capture_failed_kafka_down_acks_nothing_says_so_and_everything_r
         before.join(30)
         assert before.acked == list(range(20))
         assert _healthz(metrics)[0] == 200
-        _kafka("kill", 1, args)
+        kafka_node("kill", 1, args)
         killed = True
         pubs = _no_ack_while_down(edge, 1)
         line = wait_for(lambda: [x for x in edge.stderr().splitlines() if "no broker answers" in x], 30,
@@ -637,7 +622,7 @@ def test_lg_edge_capture_failed_kafka_down_acks_nothing_says_so_and_everything_r
         code, body = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(_healthz(metrics)), 30, "/healthz 503")
         assert "waiting" in body["checks"]["capture_log"]["detail"], body
         assert edge.proc.poll() is None
-        _kafka("start", 1, args)
+        kafka_node("start", 1, args)
         killed = False
         for p in pubs:
             p.join(90)
@@ -649,7 +634,7 @@ def test_lg_edge_capture_failed_kafka_down_acks_nothing_says_so_and_everything_r
     finally:
         edge.kill()
         if killed:
-            _kafka("start", 1, args)
+            kafka_node("start", 1, args)
     _check_acked_in_topic(_topic_records(cfg), [before, *pubs])
     _delete_topic(servers, topic)
 
@@ -675,7 +660,7 @@ def test_lg_edge_capture_failed_kafka_down_longer_than_the_delivery_timeout_stop
         before.start()
         before.join(30)
         assert before.acked == list(range(20))
-        _kafka("kill", 1, args)
+        kafka_node("kill", 1, args)
         killed = True
         pubs = _no_ack_while_down(edge, 1)
         assert edge.proc.wait(60) == 75  # EXIT_UNAVAILABLE
@@ -691,7 +676,7 @@ def test_lg_edge_capture_failed_kafka_down_longer_than_the_delivery_timeout_stop
     finally:
         edge.kill()
         if killed:
-            _kafka("start", 1, args)
+            kafka_node("start", 1, args)
     edge = _edge_start(tmp_path, servers, topic, data, "log_level=WARNING", name="again")
     try:
         after = Publisher(edge.port, 2, 0, 20)
@@ -726,13 +711,13 @@ def test_wrong_kafka_bootstrap_servers_at_start_is_one_line_naming_them_and_exit
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_lg_capture_kafka_offset_an_edge_started_right_after_its_leader_died_starts_once_another_is_elected(
-        cluster, tmp_path):
+        kafka_cluster, tmp_path):
     """The edge (re)started while the leader of one of its partitions is
     dead and not yet replaced (Kafka fences it after
     broker.session.timeout.ms, 9 s): the log's open waits for the new
     leader (it used to give up after 10 s, LogUnavailableError, exit 1),
     predicts its offsets right, and the edge acknowledges."""
-    servers, args = cluster
+    servers, args = kafka_cluster
     topic = f"lg-faults3-{uuid.uuid4().hex[:10]}"
     data = tmp_path / "data"
     cfg = _config(servers, topic, data, "kafka.replication_factor=3")
@@ -748,7 +733,7 @@ def test_lg_capture_kafka_offset_an_edge_started_right_after_its_leader_died_sta
         finally:
             edge.kill()
         killed = _leader(servers, topic, partition_for(_partition_key(_topic_records(cfg), first.client_id), PARTS))
-        _kafka("kill", killed, args)
+        kafka_node("kill", killed, args)
         t0 = time.monotonic()
         edge = _edge_start(tmp_path, servers, topic, data, "kafka.replication_factor=3", name="second")
         try:
@@ -765,20 +750,21 @@ def test_lg_capture_kafka_offset_an_edge_started_right_after_its_leader_died_sta
         assert took < 60
     finally:
         if killed is not None:
-            _kafka("start", killed, args)
+            kafka_node("start", killed, args)
         _delete_topic(servers, topic)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_reader_made_before_a_partition_leader_was_sigkilled_reads_offsets_and_records_after(cluster, tmp_path):
+def test_a_reader_made_before_a_partition_leader_was_sigkilled_reads_offsets_and_records_after(
+        kafka_cluster, tmp_path):
     """A long-lived KafkaLogReader (the edge's, the live forwarder's) whose
     consumer knows the leader that died: durable_offsets asks a new
     consumer (it used to ask the dead leader until librdkafka's metadata
     refresh, minutes), and records read from the new leader."""
     from bridge.capture.kafka_log import KafkaCaptureLog
 
-    servers, args = cluster
+    servers, args = kafka_cluster
     topic = f"lg-faults3-{uuid.uuid4().hex[:10]}"
     cfg = _config(servers, topic, tmp_path / "data", "kafka.replication_factor=3")
     killed = None
@@ -794,7 +780,7 @@ def test_a_reader_made_before_a_partition_leader_was_sigkilled_reads_offsets_and
             ends = reader.durable_offsets()
             assert sum(ends) == 60
             killed = _leader(servers, topic, 1)
-            _kafka("kill", killed, args)
+            kafka_node("kill", killed, args)
             t0 = time.monotonic()
             assert reader.durable_offsets() == ends
             assert time.monotonic() - t0 < 40
@@ -804,5 +790,5 @@ def test_a_reader_made_before_a_partition_leader_was_sigkilled_reads_offsets_and
             reader.close()
     finally:
         if killed is not None:
-            _kafka("start", killed, args)
+            kafka_node("start", killed, args)
         _delete_topic(servers, topic)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.amqp.peer import free_port
+from tests.conftest import kafka_node
 
 pytestmark = pytest.mark.broker
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,41 +48,14 @@ def test_a_record_produced_with_headers_reads_back_with_kafkas_own_console_consu
     assert out.stdout.split("\t")[:2] == ["seq:7", "client-1"], out.stdout
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A three-node Kafka cluster of this module's own (scripts/kafka), stopped after."""
-    base = free_port()
-    while any(_busy(base + d) for d in (0, 1, 2, 100, 101, 102)):  # brokers P..P+2, controllers P+100..
-        base = free_port()
-    d = tmp_path_factory.mktemp("kafka3")
-    args = ["--nodes", "3", "--port", str(base), "--dir", str(d)]
-    up = subprocess.run([str(ROOT / "scripts" / "kafka"), "up", *args], capture_output=True, text=True, timeout=180)
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield ",".join(f"127.0.0.1:{base + i}" for i in range(3)), args
-    finally:
-        subprocess.run([str(ROOT / "scripts" / "kafka"), "down", *args], capture_output=True, timeout=120)
-
-
-def _busy(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return False
-        except OSError:
-            return True
-
-
 @pytest.mark.slow
-def test_three_node_cluster_loses_no_acknowledged_record_when_a_broker_is_sigkilled(cluster):
+def test_three_node_cluster_loses_no_acknowledged_record_when_a_broker_is_sigkilled(kafka_cluster):
     """acks=all with min.insync.replicas 2: every record whose delivery report
     said delivered is there after one broker of three was SIGKILLed under load."""
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    servers, args = cluster
+    servers, args = kafka_cluster
     name = "lg-svc3-" + uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": servers})
     _topic(admin, name, 3, 3)
@@ -101,7 +74,6 @@ def test_three_node_cluster_loses_no_acknowledged_record_when_a_broker_is_sigkil
 
     total = 6000
     deadline = time.monotonic() + 120
-    killed = None
     for i in range(total):  # bounded in count and time
         while True:
             try:
@@ -112,9 +84,7 @@ def test_three_node_cluster_loses_no_acknowledged_record_when_a_broker_is_sigkil
         p.poll(0)
         if i == total // 3:  # a third in: the leader of partition 0 goes
             leader = admin.list_topics(name, timeout=10).topics[name].partitions[0].leader
-            killed = subprocess.run([str(ROOT / "scripts" / "kafka"), "kill", str(leader), *args],
-                                    capture_output=True, text=True, timeout=30)
-            assert killed.returncode == 0, killed.stderr
+            kafka_node("kill", leader, args)
         if i % 100 == 0:
             time.sleep(0.01)  # about 5,000 records/s: the kill lands mid-stream
         assert time.monotonic() < deadline

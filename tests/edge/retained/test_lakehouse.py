@@ -4,7 +4,10 @@ real ``lakegate run`` (edge + job, forwarding off) with paho-mqtt and
 retained message, Retain Handling 0/1/2, wildcards with ``#`` and
 ``$``-topics, a client that publishes retained and subscribes at once,
 a restart, a table compacted and vacuumed meanwhile; and, with the edge
-alone (no job ever ran), the same from its capture log only.
+alone (no job ever ran), the same from its capture log only. The module
+runs twice: on the local capture log, and on Kafka (the one-node Kafka of
+``scripts/services``, a topic of the module's own): the edge's overlay then
+comes from the topic after the table's coverage, in Kafka offsets.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
@@ -20,6 +24,7 @@ from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from bridge.tables.deltars import DeltaRsEngine
+from tests.conftest import delete_kafka_topics
 from tests.edge.test_subscribers import Client
 from tests.job.test_run import Run
 from tests.waiting import wait_for
@@ -28,14 +33,27 @@ pytestmark = [pytest.mark.spark, pytest.mark.subprocess, pytest.mark.slow]
 MOSQ = shutil.which("mosquitto_sub")
 
 
+@pytest.fixture(scope="module", params=["local", "kafka"])
+def capture(request):
+    """The capture log of the module's ``lakegate run``: the settings for it."""
+    if request.param == "local":
+        yield []
+        return
+    bootstrap = request.getfixturevalue("kafka")
+    topic = f"lg-lakehouse-{uuid.uuid4().hex[:10]}"
+    yield ["capture.backend=kafka", f"kafka.bootstrap_servers={bootstrap}", f"kafka.topic={topic}",
+           "kafka.create_topic=true"]
+    delete_kafka_topics(bootstrap, [topic])
+
+
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
+def data_dir(tmp_path_factory, capture):
     return tmp_path_factory.mktemp("lakehouse") / "data"
 
 
 @pytest.fixture(scope="module")
-def run(data_dir):
-    r = Run(data_dir, "amqp.url=", "edge.retained_refresh_s=0.5")
+def run(data_dir, capture):
+    r = Run(data_dir, "amqp.url=", "edge.retained_refresh_s=0.5", *capture)
     yield r
     assert r.stop() == 0, "".join(r.err)[-2000:]
 
@@ -175,12 +193,12 @@ def test_a_table_compacted_and_vacuumed_meanwhile(run, data_dir, clients):
     assert retained_of(sub, 20) == {f"t7/{i}": b"v%d" % i for i in range(20)}
 
 
-def test_after_a_restart_the_index_is_rebuilt_from_the_table_and_the_log(run, data_dir):
+def test_after_a_restart_the_index_is_rebuilt_from_the_table_and_the_log(run, data_dir, capture):
     pub = Client(run.port, 4, "t8-pub")
     pub.publish("t8/late", b"just before", qos=1, retain=True).wait_for_publish(10)
     pub.close()
     assert run.stop() == 0
-    again = Run(data_dir, "amqp.url=", "edge.retained_refresh_s=0.5")
+    again = Run(data_dir, "amqp.url=", "edge.retained_refresh_s=0.5", *capture)
     try:
         sub = Client(again.port, 4, "t8-sub")
         sub.subscribe(("t1/#", 1), ("t8/#", 1), ("t7/1", 1))
