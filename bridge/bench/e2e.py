@@ -263,7 +263,8 @@ class _Bench(PhaseRunner):
             result["idle_cpu_pct_of_core"] = round(100 * (lg.cpu() - c0) / (time.monotonic() - t0), 2)
             result["config"]["tables_engine_used"] = _engine_from_log(lg.log_path)
             self.say(f"lakegate: edge on 127.0.0.1:{lg.port}; latency at {o.rate} msg/s ...")
-            _ph, result["latency"] = await self._latency(lg.port, "lg-lat", True, lg.cpu)
+            _ph, result["latency"] = await self._latency(lg.port, "lg-lat", True, lg.cpu,
+                                                         table_dir=cfg.tables_dir / "messages")
             self.say(f"lakegate: sustained rate, steps of {max(o.step_seconds, 6 * self.trigger_s):g} s "
                      f"(six job triggers at least) ...")
 

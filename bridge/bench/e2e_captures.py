@@ -100,7 +100,8 @@ async def latency_only(bench: "PhaseRunner", args: argparse.Namespace, tmp: Path
         await asyncio.sleep(o.idle_seconds)
         result["idle_cpu_pct_of_core"] = round(100 * (lg.cpu() - c0) / (time.monotonic() - t0), 2)
         bench.say(f"lakegate on the {cap.name} capture log: latency at {o.rate} msg/s ...")
-        _ph, result["latency"] = await bench._latency(lg.port, f"lg-{cap.name}-lat", True, lg.cpu)
+        _ph, result["latency"] = await bench._latency(lg.port, f"lg-{cap.name}-lat", True, lg.cpu,
+                                                      table_dir=lg.config(extra).tables_dir / "messages")
         lg.check_alive(f"after the latency phase on the {cap.name} capture log")
     finally:
         job.close()
@@ -118,6 +119,11 @@ def compare_captures(caps: dict) -> None:
                              for q in ("p50", "p95", "p99")}
     ratio["p99_target"] = P99_TARGET
     ratio["met"] = ratio["e2e_p99"] is not None and ratio["e2e_p99"] <= P99_TARGET
+    table = {n: (((caps.get(n) or {}).get("latency") or {}).get("table") or {}).get("table_ms") for n in CAPTURES}
+    if table["local"] and table["kafka"]:
+        for q in ("p50", "p95", "p99"):
+            ratio[f"table_{q}"] = round(table["kafka"][q] / table["local"][q], 2) if table["local"][q] else None
+        ratio["table_met"] = ratio["table_p99"] is not None and ratio["table_p99"] <= P99_TARGET
     caps["kafka_to_local"] = ratio
 
 
@@ -134,15 +140,24 @@ def capture_lines(caps: dict) -> list[str]:
         lat = c["latency"]
         e2e, pub = lat.get("e2e_ms") or {}, lat.get("puback_ms") or {}
         where = f" (topic {c['kafka_topic']}, {c['kafka_topic_deleted']})" if c.get("kafka_topic") else ""
+        table = lat.get("table") or {}
+        tms = table.get("table_ms")
         lines.append(f"capture {name}{where}: publish->AMQP p50/p95/p99 "
                      + (" / ".join(f"{e2e[q]:,.1f}" for q in ("p50", "p95", "p99")) if e2e else "-")
+                     + " ms; publish->messages p50/p95/p99 "
+                     + (" / ".join(f"{tms[q]:,.0f}" for q in ("p50", "p95", "p99")) if tms else "-")
                      + " ms; PUBACK p50/p99 "
                      + (" / ".join(f"{pub[q]:,.1f}" for q in ("p50", "p99")) if pub else "-")
-                     + f" ms; received {lat.get('received')} / acknowledged {lat.get('acknowledged')}")
+                     + f" ms; received {lat.get('received')} / acknowledged {lat.get('acknowledged')}"
+                     + (f" / in the table {table.get('in_table')}" if table else ""))
     r = caps.get("kafka_to_local")
     if r:
         lines.append(f"kafka/local publish->AMQP p99 {r['e2e_p99']} (p50 {r['e2e_p50']}, p95 {r['e2e_p95']}); "
                      f"issue 42 target at most {r['p99_target']:g}: {'met' if r['met'] else 'MISSED'}")
+        if "table_p99" in r:
+            lines.append(f"kafka/local publish->messages p99 {r['table_p99']} (p50 {r['table_p50']}, "
+                         f"p95 {r['table_p95']}); issue 42 target at most {r['p99_target']:g}: "
+                         f"{'met' if r['table_met'] else 'MISSED'}")
     return lines
 
 

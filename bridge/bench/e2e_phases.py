@@ -6,12 +6,15 @@ tests. What each measures and how a step is judged: the module doc of
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bridge.bench.e2e_load import Phase
 from bridge.bench.e2e_observe import Probe, Receiver, all_received, backlog_slope, delivery, settle, wait_until
+from bridge.bench.e2e_table import TableWatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from bridge.bench.e2e_procs import Glue, Lakegate
@@ -38,7 +41,11 @@ class PhaseRunner:
         o = self.o
         return Phase(self.prefix, label, rate, seconds, o.connections, o.payload_bytes, o.window, consumed)
 
-    async def _latency(self, port: int, label: str, warm: bool, cpu: Callable[[], float]) -> tuple[Phase, dict]:
+    async def _latency(self, port: int, label: str, warm: bool, cpu: Callable[[], float],
+                       table_dir: Path | None = None) -> tuple[Phase, dict]:
+        """The latency phase; with ``table_dir`` (lakegate's ``messages``
+        table) also publish -> visible in the table (:mod:`bridge.bench.e2e_table`),
+        waiting up to 120 s for every acknowledged message to be there."""
         o, rx = self.o, self.rx
         if warm and o.warmup_seconds > 0:
             w = self.phase(f"{label}-warm", o.rate, o.warmup_seconds)
@@ -47,6 +54,10 @@ class PhaseRunner:
             w.close()
             await wait_until(all_received(w, rx), 120)
         ph = self.phase(label, o.rate, o.latency_seconds)
+        watch = stop = task = None
+        if table_dir is not None:
+            watch, stop = TableWatch(table_dir, ph.topic_base), asyncio.Event()
+            task = asyncio.ensure_future(watch.run(stop))
         await ph.connect("127.0.0.1", port)
         c0 = cpu()
         await ph.publish(ack_timeout=120)
@@ -55,6 +66,11 @@ class PhaseRunner:
         cpu_s = cpu() - c0
         out = {**ph.summary(), **delivery(ph, rx), "cpu_s": round(cpu_s, 2),
                "cpu_s_per_1000_msgs": round(1000 * cpu_s / ph.sent, 2) if ph.sent else None}
+        if watch is not None:
+            await wait_until(lambda: watch.found() >= ph.acked, 120)
+            stop.set()
+            await task
+            out["table"] = watch.latency(ph)
         return ph, out
 
     async def _steps(self, port: int, label: str, probe: Callable[[Phase], "Probe"],

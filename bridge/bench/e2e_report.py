@@ -51,6 +51,8 @@ def print_table(r: dict) -> None:
         print(f"{name:38}" + "".join(f"{v:>{w}}" for v in vals))
 
     row("publish->AMQP p50/p95/p99 (ms)", lambda d: _fmt_lat(d["latency"]["e2e_ms"]))
+    row("publish->messages p50/p95/p99 (ms)",
+        lambda d: " / ".join(f"{d['latency']['table']['table_ms'][q]:,.0f}" for q in ("p50", "p95", "p99")))
     row("PUBACK p50/p99 (ms)", lambda d: _fmt_lat(d["latency"]["puback_ms"], ("p50", "p99")))
     row("received / acknowledged", lambda d: f"{d['latency']['received']} / {d['latency']['acknowledged']}")
     row("highest sustained rate (msg/s)",

@@ -1,7 +1,8 @@
 """``lakegate bench e2e --quick --only lakegate --capture local,kafka --json``
 (issue 42): lakegate's side on the local log (every phase) and on a fresh
-Kafka topic (the latency phase), the kafka/local ratio of the p99s with its
-target, and the topic deleted at the end."""
+Kafka topic (the latency phase), publish -> AMQP and publish -> ``messages``
+on each, the kafka/local ratios of the p99s with their target, and the
+topic deleted at the end."""
 
 from __future__ import annotations
 
@@ -54,12 +55,21 @@ def test_bench_e2e_latency_per_capture_log(rabbitmq, kafka):
         assert lat["lost_acknowledged"] == 0
         e2e = lat["e2e_ms"]
         assert 0 < e2e["p50"] <= e2e["p95"] <= e2e["p99"] <= e2e["max"], (name, e2e)
+        # publish -> visible in the job's messages table: every acknowledged message, once
+        table = lat["table"]
+        assert table["in_table"] == table["acknowledged"] == lat["acknowledged"], (name, table)
+        assert table["table_duplicates"] == 0 and "read_errors" not in table, (name, table)
+        tms = table["table_ms"]
+        assert e2e["p50"] < tms["p50"] <= tms["p95"] <= tms["p99"] <= tms["max"], (name, tms)  # a trigger or more
 
     r = caps["kafka_to_local"]
     assert r["p99_target"] == 1.5
     assert r["e2e_p99"] == pytest.approx(caps["kafka"]["latency"]["e2e_ms"]["p99"]
                                          / caps["local"]["latency"]["e2e_ms"]["p99"], abs=0.01)
     assert r["met"] == (r["e2e_p99"] <= 1.5)  # a miss is reported, not an error (exit code 0 above)
+    assert r["table_p99"] == pytest.approx(caps["kafka"]["latency"]["table"]["table_ms"]["p99"]
+                                           / caps["local"]["latency"]["table"]["table_ms"]["p99"], abs=0.01)
+    assert r["table_met"] == (r["table_p99"] <= 1.5)
 
     after = {t for t in _topics(kafka) if t.startswith("lg-bench-e2e-")}
     assert topic not in after and after <= before
