@@ -127,6 +127,59 @@ def capture_backend(request):
            "kafka.create_topic=true"]
 
 
+#: readers made by reader_of(log) for each open any_log: closed after the test
+_LOG_READERS: dict[int, list] = {}
+
+
+@pytest.fixture(params=["local", "kafka"])
+def any_log(request, tmp_path):
+    """A capture log of 3 partitions for sans-IO tests that append through
+    real sessions, on each capture log in turn: local files (fsync every
+    1 ms), or a Kafka topic of the test's own on the real Kafka of
+    scripts/services (deleted after the test). Read it with
+    :func:`reader_of` and :func:`log_where`."""
+    if request.param == "local":
+        from bridge.capture import CaptureLog
+
+        log = CaptureLog.open(tmp_path / "capture", fsync_interval_ms=1, partitions=3)
+    else:
+        from bridge.capture.kafka_log import KafkaCaptureLog
+
+        topic = request.getfixturevalue("kafka_topic")("lg-edge-log")
+        cfg = load_config(None, [f"data_dir={tmp_path / 'data'}", "capture.backend=kafka", "capture.partitions=3",
+                                 f"kafka.bootstrap_servers={request.getfixturevalue('kafka')}",
+                                 f"kafka.topic={topic}", "kafka.create_topic=true"], env={})
+        log = KafkaCaptureLog.open(cfg)
+    _LOG_READERS[id(log)] = []
+    yield log
+    log.close()
+    for r in _LOG_READERS.pop(id(log)):
+        r.close()
+
+
+def log_where(log):
+    """What :func:`tests.edge.util.read_log` and ``open_reader`` take for
+    ``log``: its directory (local) or its Config (Kafka)."""
+    from bridge.capture.kafka_log import KafkaCaptureLog
+
+    return log.config if isinstance(log, KafkaCaptureLog) else log.root
+
+
+def reader_of(log):
+    """A reader of ``log`` (an :func:`any_log`), closed after the test."""
+    from bridge.capture import LogReader
+    from bridge.capture.kafka_log import KafkaCaptureLog
+
+    if isinstance(log, KafkaCaptureLog):
+        from bridge.capture.kafka_reader import KafkaLogReader
+
+        r = KafkaLogReader(log.config)
+    else:
+        r = LogReader(log.root)
+    _LOG_READERS.setdefault(id(log), []).append(r)
+    return r
+
+
 @pytest.fixture
 def edge_config(tmp_path, capture_backend):
     """A function: overrides -> Config on a fresh data dir, ephemeral port

@@ -6,13 +6,13 @@ sent it; recovery (:mod:`bridge.edge.journal`) replays the sends the
 in-flight window allowed, so a delivery that may have been sent comes back
 in flight (DUP 1, its Packet Identifier), not in the queue where
 ``edge.max_queued_messages`` drops the oldest first. Sans-IO: a real capture
-log written by real sessions, the live side fanned out by a real router."""
+log written by real sessions (local files, and a Kafka topic), the live side
+fanned out by a real router."""
 
 from __future__ import annotations
 
 import pytest
 
-from bridge.capture import CaptureLog, LogReader
 from bridge.edge.delivery import QUEUED, SENT, Outbox, Receiver
 from bridge.edge.journal import message_of_record
 from bridge.edge.message import Message
@@ -21,16 +21,16 @@ from bridge.edge.router import Router
 from bridge.edge.state import SessionStore
 from bridge.mqtt import Properties, PubComp, PubRec, Publish, Subscribe, Subscription, encode
 from bridge.mqtt.codec import decode_packet
+from tests.edge.conftest import log_where, reader_of
 from tests.edge.util import Harness, connect, publish, read_log
 
 BOUND = 100
 
 
 @pytest.fixture
-def log(tmp_path):
-    lg = CaptureLog.open(tmp_path / "capture", fsync_interval_ms=1, partitions=3)
-    yield lg
-    lg.close()
+def log(any_log):
+    """The capture log the sessions append to, local or Kafka (tests/edge/conftest.py)."""
+    return any_log
 
 
 def _packets(data: bytes, level: int) -> list:
@@ -70,7 +70,7 @@ class Live:
             self.pub.feed(publish(self.level, f"site/{self.n}", b"m%d" % self.n, self.qos,
                                   packet_id=self.n % 60000 + 1))
         self.log.flush()
-        for r in read_log(self.log.root):
+        for r in read_log(log_where(self.log)):
             at = (r.partition, r.offset)
             if r.key == b"pub" and r.value[0] >> 4 == 3 and at not in self.routed:
                 self.routed.add(at)
@@ -95,7 +95,7 @@ class Live:
 def _recovered_box(tmp_path, log) -> Outbox:
     log.flush()
     router = Router(max_queued_messages=BOUND)
-    store, _wills, _n = recover(tmp_path / "edge", LogReader(log.root), log.next_offsets(),
+    store, _wills, _n = recover(tmp_path / "edge", reader_of(log), log.next_offsets(),
                                 log.stream, router)
     return store.sessions["me"].outbox
 

@@ -1,4 +1,7 @@
-"""Persistent sessions across restarts: snapshot + replay of the capture log."""
+"""Persistent sessions across restarts: snapshot + replay of the capture log,
+on both capture logs: the local files and a Kafka topic of the test's own
+(the real Kafka of scripts/services): a session's state is positions in
+the log either way."""
 
 from __future__ import annotations
 
@@ -6,18 +9,17 @@ import json
 
 import pytest
 
-from bridge.capture import CaptureLog, LogReader
 from bridge.edge.persist import load_snapshot, recover, replay, write_snapshot
 from bridge.edge.state import NEVER_EXPIRES, ClientSession, Qos2Entry, SessionStore
 from bridge.mqtt import Properties
+from tests.edge.conftest import reader_of
 from tests.edge.util import Harness, connect, publish
 
 
 @pytest.fixture
-def log(tmp_path):
-    lg = CaptureLog.open(tmp_path / "capture", fsync_interval_ms=1, partitions=3)
-    yield lg
-    lg.close()
+def log(any_log):
+    """The capture log the sessions append to, local or Kafka (tests/edge/conftest.py)."""
+    return any_log
 
 
 def session(log, store, conn_id, level, **connect_fields) -> Harness:
@@ -28,7 +30,7 @@ def session(log, store, conn_id, level, **connect_fields) -> Harness:
 
 def recovered(tmp_path, log) -> SessionStore:
     log.flush()
-    store, _wills, _n = recover(tmp_path / "edge", LogReader(log.root), log.next_offsets(), log.stream)
+    store, _wills, _n = recover(tmp_path / "edge", reader_of(log), log.next_offsets(), log.stream)
     return store
 
 
@@ -89,7 +91,7 @@ def test_snapshot_then_replay_from_its_offsets(tmp_path, log):
     log.flush()
     snap = load_snapshot(tmp_path / "edge")
     assert sorted(snap.store.sessions["k"].qos2) == [1]
-    n = replay(LogReader(log.root), snap.store, snap.offsets, log.next_offsets())
+    n = replay(reader_of(log), snap.store, snap.offsets, log.next_offsets())
     assert n == 2  # only the records after the snapshot
     assert {p: e.topic for p, e in snap.store.sessions["k"].qos2.items()} == {2: "after"}
 
@@ -140,7 +142,7 @@ def _lost(h: Harness, log) -> list:
 
 def owed(tmp_path, log) -> dict:
     log.flush()
-    _store, wills, _n = recover(tmp_path / "edge", LogReader(log.root), log.next_offsets(), log.stream)
+    _store, wills, _n = recover(tmp_path / "edge", reader_of(log), log.next_offsets(), log.stream)
     return wills
 
 

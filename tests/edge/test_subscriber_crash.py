@@ -18,6 +18,9 @@ from tests.edge.test_crash import start_edge
 
 pytestmark = pytest.mark.subprocess
 
+#: on both capture logs (tests/edge/conftest.py): the edge subprocess gets the test's capture settings
+CAPTURE_BACKENDS = ("local", "kafka")
+
 
 def _publishes(c: RawClient, n: int, level: int) -> list[Publish]:
     out = []
@@ -29,8 +32,8 @@ def _publishes(c: RawClient, n: int, level: int) -> list[Publish]:
 
 
 @pytest.mark.parametrize("level", [4, 5])
-def test_mqtt_4_4_0_1_unacknowledged_deliveries_survive_a_sigkill(tmp_path, level):
-    proc, port = start_edge(tmp_path)
+def test_mqtt_4_4_0_1_unacknowledged_deliveries_survive_a_sigkill(tmp_path, capture_backend, level):
+    proc, port = start_edge(tmp_path, *capture_backend)
     try:
         sub = RawClient(port)
         fields = {"clean_start": False} if level == 4 else {
@@ -60,7 +63,7 @@ def test_mqtt_4_4_0_1_unacknowledged_deliveries_survive_a_sigkill(tmp_path, leve
     finally:
         if proc.poll() is None:
             proc.kill()
-    proc, port = start_edge(tmp_path)
+    proc, port = start_edge(tmp_path, *capture_backend)
     try:
         sub = RawClient(port)
         connack = sub.connect(level, client_id="me", **fields)
