@@ -121,13 +121,29 @@ def kafka_topic(kafka):
     delete_kafka_topics(kafka, made)
 
 
-def _port_busy(port: int) -> bool:
+def free_port() -> int:
+    """A loopback TCP port free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_busy(port: int) -> bool:
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
             return False
         except OSError:
             return True
+
+
+def free_port_block(offsets) -> int:
+    """A base port P with P + each of ``offsets`` free on loopback (a Kafka
+    of scripts/kafka: brokers P.., controllers P+100..)."""
+    base = free_port()
+    while base > 65000 - max(offsets) or any(port_busy(base + d) for d in offsets):
+        base = free_port()
+    return base
 
 
 @pytest.fixture(scope="module")
@@ -138,14 +154,7 @@ def kafka_cluster(tmp_path_factory):
     :func:`kafka_node`)."""
     import subprocess
 
-    def free() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    base = free()  # brokers P..P+2, controllers P+100..P+102
-    while base > 65000 - 200 or any(_port_busy(base + d) for d in (0, 1, 2, 100, 101, 102)):
-        base = free()
+    base = free_port_block((0, 1, 2, 100, 101, 102))  # brokers P..P+2, controllers P+100..P+102
     d = tmp_path_factory.mktemp("kafka3")
     args = ["--nodes", "3", "--port", str(base), "--dir", str(d)]
     script = str(ROOT / "scripts" / "kafka")

@@ -40,7 +40,7 @@ import pytest
 from bridge.capture.kafka_reader import KafkaLogReader
 from bridge.capture.record import partition_for
 from bridge.config import load_config
-from tests.conftest import child_env, kafka_node
+from tests.conftest import child_env, free_port, free_port_block, kafka_node
 from tests.edge.util import connect
 from tests.waiting import holds_for, wait_for
 
@@ -53,21 +53,6 @@ PAYLOAD = re.compile(rb"lgk:(\d+):(\d+):(\d+)$")  # run, publisher, message numb
 
 
 # ------------------------------------------------------------------ helpers
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _busy(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return False
-        except OSError:
-            return True
-
-
 def _overrides(servers: str, topic: str, data_dir: Path, *extra: str) -> list[str]:
     return ["capture.backend=kafka", f"kafka.bootstrap_servers={servers}", f"kafka.topic={topic}",
             "kafka.create_topic=true", f"capture.partitions={PARTS}", f"data_dir={data_dir}", "amqp.url=",
@@ -552,9 +537,7 @@ def test_lg_capture_kafka_offset_reopened_right_after_a_kill_on_three_replicas_p
 @pytest.fixture(scope="module")
 def solo(tmp_path_factory):
     """A one-node Kafka of this module's own on free ports (broker P, controller P+100), stopped after."""
-    base = _free_port()
-    while base > 65000 - 200 or any(_busy(base + d) for d in (0, 100)):
-        base = _free_port()
+    base = free_port_block((0, 100))
     d = tmp_path_factory.mktemp("kafka1")
     args = ["--nodes", "1", "--port", str(base), "--dir", str(d)]
     up = subprocess.run([KAFKA_SCRIPT, "up", *args], capture_output=True, text=True, timeout=180)
@@ -598,7 +581,7 @@ def test_lg_edge_capture_failed_kafka_down_acks_nothing_says_so_and_everything_r
     topic = f"lg-down-{uuid.uuid4().hex[:10]}"
     data = tmp_path / "data"
     cfg = _config(servers, topic, data)
-    metrics = _free_port()
+    metrics = free_port()
     edge = _edge_start(tmp_path, servers, topic, data, "kafka.delivery_timeout_ms=120000", "log_level=WARNING",
                        f"metrics.port={metrics}")
     killed = False
@@ -696,7 +679,7 @@ def test_wrong_kafka_bootstrap_servers_at_start_is_one_line_naming_them_and_exit
     10 s, then one line on stderr naming the setting and its value, no
     traceback, exit 75 (try again later: a wrong address cannot be told from
     Kafka being down)."""
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     r = _lakegate(tmp_path, "edge", "--port", "0",
                   *[a for o in _overrides(f"127.0.0.1:{port}", "lg-nowhere", tmp_path / "data") for a in ("--set", o)])
     assert "Traceback" not in r.stderr, r.stderr
