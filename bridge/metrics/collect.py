@@ -165,7 +165,8 @@ class LakegateCollector:
             st = dict(log.stats)
             yield CounterMetricFamily("lakegate_capture_appends_total", "records appended to the capture log",
                                       value=st.get("appends", 0))
-            yield CounterMetricFamily("lakegate_capture_commits_total", "group commits (one fsync round each)",
+            yield CounterMetricFamily("lakegate_capture_commits_total", "group commits (one fsync round each; on Kafka, "
+                                      "poller turns that confirmed records)",
                                       value=st.get("commits", 0))
             yield CounterMetricFamily("lakegate_capture_fsyncs_total", "fdatasync calls", value=st.get("fsyncs", 0))
             yield CounterMetricFamily("lakegate_capture_written_bytes_total", "bytes written to the capture log",
@@ -173,7 +174,8 @@ class LakegateCollector:
             yield GaugeMetricFamily("lakegate_capture_writable", "1 while the capture log accepts appends",
                                     value=0 if log.failed is not None else 1)
             if log.fsync_latency is not None:
-                yield _histogram("lakegate_capture_fsync_seconds", "one group commit's fdatasync calls",
+                yield _histogram("lakegate_capture_fsync_seconds", "one group commit's fdatasync calls (on Kafka: "
+                                 "a group's first record produced to its last confirmed)",
                                  [((), log.fsync_latency)])
         if self.capture_dir.is_dir():
             yield GaugeMetricFamily("lakegate_capture_disk_bytes", "bytes the capture log holds on disk",
