@@ -83,6 +83,7 @@ from bridge.capture.errors import (
 from bridge.capture.kafka_conf import client_conf
 from bridge.capture.kafka_topic import (
     PARTITIONS_RULE,
+    admin_client,
     check_retention,
     inspect_topic,
     kafka_error,
@@ -235,14 +236,13 @@ class KafkaCaptureLog(WriterBase):
 
     def _open(self, extra: dict[str, Any]) -> None:
         from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient
 
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = take_writer_lock(self.root, f"{self.root} is in use by another capture writer (pid {{pid}}); "
                                                     "only one lakegate edge may use a data_dir")
 
-        admin = AdminClient(client_conf(self.config, "admin"))
-        have = inspect_topic(admin, self.config, create=True)
+        admin, errors = admin_client(self.config)
+        have = inspect_topic(admin, self.config, create=True, errors=errors)
         if have > self.partitions:
             log.warning("capture log on Kafka: topic %s has %d partitions; the edge writes the first %d "
                         "(capture.partitions)", self.topic, have, self.partitions)

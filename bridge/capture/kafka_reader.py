@@ -53,11 +53,10 @@ class KafkaLogReader:
         self._owner: object = None  # the iterator the consumer is assigned for
         self._lock = threading.RLock()
         if check:
-            from confluent_kafka.admin import AdminClient
+            from bridge.capture.kafka_topic import admin_client, inspect_topic
 
-            from bridge.capture.kafka_topic import inspect_topic
-
-            inspect_topic(AdminClient(client_conf(config, "admin")), config, create=False)
+            admin, errors = admin_client(config)
+            inspect_topic(admin, config, create=False, errors=errors)
 
     def __getstate__(self) -> dict:
         return {"config": self.config}

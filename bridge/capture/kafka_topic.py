@@ -22,12 +22,13 @@ import time
 from bridge.capture.errors import CaptureError, LogMismatchError, LogUnavailableError
 from bridge.capture.kafka_conf import client_conf
 
-__all__ = ["OPEN_TIMEOUT_S", "PARTITIONS_RULE", "RETENTION_RULE", "TAIL_TIMEOUT_S", "check_retention",
-           "inspect_topic", "kafka_error", "read_tail", "topic_configs"]
+__all__ = ["AUTH_RULE", "OPEN_TIMEOUT_S", "PARTITIONS_RULE", "RETENTION_RULE", "TAIL_TIMEOUT_S", "admin_client",
+           "check_retention", "inspect_topic", "kafka_error", "read_tail", "topic_configs"]
 
 log = logging.getLogger("bridge.capture.kafka_log")  # the log's lines, whichever module writes them
 
 PARTITIONS_RULE = "LG-capture-kafka-partitions"
+AUTH_RULE = "LG-capture-kafka-auth"
 RETENTION_RULE = "LG-capture-kafka-retention"
 #: Seconds open waits for the brokers (metadata, offsets, the last records).
 OPEN_TIMEOUT_S = 10.0
@@ -43,12 +44,51 @@ def kafka_error(exc: BaseException) -> str:
     return arg.str() if hasattr(arg, "str") else str(exc)
 
 
-def inspect_topic(admin, config, create: bool, timeout: float = OPEN_TIMEOUT_S) -> int:
+class ClientErrors:
+    """librdkafka's ``error_cb`` for a client: keeps the last error that
+    waiting does not cure -- the brokers refused the client's credentials
+    (SASL) or its TLS handshake -- for :func:`inspect_topic` to name."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+
+    def __call__(self, err) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
+                          KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            self.refused = err.str()
+
+
+def admin_client(config):
+    """An AdminClient of ``config.kafka`` whose refused credentials
+    :func:`inspect_topic` reports (its ``errors`` argument)."""
+    from confluent_kafka.admin import AdminClient
+
+    errors = ClientErrors()
+    conf = client_conf(config, "admin")
+    conf["error_cb"] = errors
+    return AdminClient(conf), errors
+
+
+def _refused(config, why: str) -> CaptureError:
+    k = config.kafka
+    who = (f"kafka.security_protocol = {k.security_protocol!r}"
+           + (f", kafka.sasl_mechanism = {k.sasl_mechanism!r}, kafka.sasl_username = {k.sasl_username!r}"
+              if k.security_protocol.startswith("sasl") else ""))
+    return CaptureError(f"capture log on Kafka: the brokers at kafka.bootstrap_servers = {k.bootstrap_servers!r} "
+                        f"refused lakegate ({who}): {why} [{AUTH_RULE}]; check the [kafka] security settings")
+
+
+def inspect_topic(admin, config, create: bool, timeout: float = OPEN_TIMEOUT_S,
+                  errors: ClientErrors | None = None) -> int:
     """Check the capture topic (creating it when missing and ``create`` and
     ``kafka.create_topic``); returns its partition count. Raises
     LogUnavailableError when no broker answers within ``timeout`` seconds,
     LogMismatchError when the topic is missing or has fewer partitions than
-    ``capture.partitions``."""
+    ``capture.partitions``, CaptureError at once when the brokers refuse the
+    credentials or the TLS handshake (``errors``: the admin's
+    :class:`ClientErrors`, from :func:`admin_client`) [LG-capture-kafka-auth]."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -59,9 +99,15 @@ def inspect_topic(admin, config, create: bool, timeout: float = OPEN_TIMEOUT_S) 
     created = False
     while True:
         remaining = max(deadline - time.monotonic(), 0.1)
-        try:
-            md = admin.list_topics(topic=topic, timeout=remaining)
+        try:  # in steps of a second: a refusal is said at once, not after the whole timeout
+            md = admin.list_topics(topic=topic, timeout=min(remaining, 1.0))
         except KafkaException as exc:
+            if errors is not None:
+                admin.poll(0)  # serves the error callbacks
+            if errors is not None and errors.refused:
+                raise _refused(config, errors.refused) from None
+            if time.monotonic() < deadline:
+                continue
             raise LogUnavailableError(
                 f"capture log on Kafka: no broker answered at kafka.bootstrap_servers = {servers!r} within "
                 f"{timeout:g} s ({kafka_error(exc)})") from None
