@@ -107,6 +107,7 @@ def inspect_topic(admin, config, create: bool, timeout: float = OPEN_TIMEOUT_S,
             if errors is not None and errors.refused:
                 raise _refused(config, errors.refused) from None
             if time.monotonic() < deadline:
+                time.sleep(0.1)  # a failure at once (connection refused) must not spin
                 continue
             raise LogUnavailableError(
                 f"capture log on Kafka: no broker answered at kafka.bootstrap_servers = {servers!r} within "
