@@ -115,11 +115,16 @@ _UNAVAILABLE_CODES = frozenset({-192, -195, -187, -185})  # _MSG_TIMED_OUT (-192
 _FAILPOINTS = bool(os.environ.get("LAKEGATE_FAILPOINTS"))
 
 
+#: the bytes of a batch holding one record besides its key, value and headers
+#: (Kafka record format v2, every varint at its widest)
+_RECORD_FIXED = BATCH_OVERHEAD + 36
+
+
 def record_wire_size(key_len: int, value_len: int, headers: Iterable[tuple[str, bytes]]) -> int:
     """An upper bound of the bytes of a batch holding only this record (Kafka
     record format v2, every varint at its widest): what the topic's
     ``max.message.bytes`` is checked against, and what back-pressure counts."""
-    return BATCH_OVERHEAD + 5 + 1 + 10 + 5 + 5 + key_len + 5 + value_len + 5 + kafka_headers_size(headers)
+    return _RECORD_FIXED + key_len + value_len + kafka_headers_size(headers)
 
 
 #: what a record's ``seq`` header adds to it at most (a 20-digit value)
@@ -313,7 +318,7 @@ class KafkaCaptureLog(WriterBase):
 
     def _append_locked(self, p: int, ts: int, key: bytes, value: bytes, hlist: list[tuple[str, bytes]],
                        hsize: int, timeout: float | None) -> Ack:
-        size = (BATCH_OVERHEAD + 36 + len(key) + len(value)) + hsize + _SEQ_HEADER_BYTES  # record_wire_size
+        size = _RECORD_FIXED + len(key) + len(value) + hsize + _SEQ_HEADER_BYTES  # record_wire_size, inline
         if size > self.max_record_bytes:
             raise RecordTooLargeError(size, self.max_record_bytes, self._limit_what)
         deadline = None if timeout is None else time.monotonic() + timeout
