@@ -167,12 +167,20 @@ def kafka_cluster(tmp_path_factory):
 
 
 def kafka_node(cmd: str, node: int, args: list[str]) -> None:
-    """``scripts/kafka kill|start NODE`` on a :func:`kafka_cluster`."""
+    """``scripts/kafka kill|start NODE`` on a :func:`kafka_cluster`.
+
+    ``start`` is tried twice: a node restarted after a SIGKILL on a cluster
+    started moments before was seen to exit at once, with nothing in its
+    log, in 2 of 5 isolated runs of one test (never within a whole module
+    run); not understood yet, and not what the tests calling this check."""
     import subprocess
 
-    r = subprocess.run([str(ROOT / "scripts" / "kafka"), cmd, str(node), *args], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    for _attempt in range(2 if cmd == "start" else 1):
+        r = subprocess.run([str(ROOT / "scripts" / "kafka"), cmd, str(node), *args], capture_output=True,
+                           text=True, timeout=120)
+        if r.returncode == 0:
+            return
+    raise AssertionError(r.stdout + r.stderr)
 
 
 @pytest.fixture(scope="session")

@@ -88,7 +88,7 @@ from bridge.capture.kafka_topic import (
     inspect_topic,
     kafka_error,
     read_tail,
-    topic_configs,
+    read_topic_configs,
 )
 from bridge.capture.record import Headers, encode_headers, kafka_headers_size
 from bridge.capture.writer import Ack
@@ -251,7 +251,7 @@ class KafkaCaptureLog(WriterBase):
         if have > self.partitions:
             log.warning("capture log on Kafka: topic %s has %d partitions; the edge writes the first %d "
                         "(capture.partitions)", self.topic, have, self.partitions)
-        entries = topic_configs(admin, self.topic)
+        entries = read_topic_configs(self.config, admin)
         check_retention(self.config, entries)
         topic_max = int(entries["max.message.bytes"])
         conf = client_conf(self.config, "producer")

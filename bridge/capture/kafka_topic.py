@@ -23,7 +23,7 @@ from bridge.capture.errors import CaptureError, LogMismatchError, LogUnavailable
 from bridge.capture.kafka_conf import client_conf
 
 __all__ = ["AUTH_RULE", "OPEN_TIMEOUT_S", "PARTITIONS_RULE", "RETENTION_RULE", "TAIL_TIMEOUT_S", "admin_client",
-           "check_retention", "inspect_topic", "kafka_error", "read_tail", "topic_configs"]
+           "check_retention", "inspect_topic", "kafka_error", "read_tail", "read_topic_configs", "topic_configs"]
 
 log = logging.getLogger("bridge.capture.kafka_log")  # the log's lines, whichever module writes them
 
@@ -203,6 +203,26 @@ def topic_configs(admin, topic: str, timeout: float = OPEN_TIMEOUT_S) -> dict[st
         raise CaptureError(f"capture log on Kafka: could not read the configuration of topic {topic!r}: "
                            f"{kafka_error(exc)}") from None
     return {k: e.value for k, e in entries.items() if e.value is not None}
+
+
+def read_topic_configs(config, admin, timeout: float = TAIL_TIMEOUT_S) -> dict[str, str]:
+    """:func:`topic_configs` of the capture topic, waiting out a broker that
+    just died: the request goes to the controller or a broker the admin
+    client knows, and a dead one is replaced only once Kafka fences it
+    (broker.session.timeout.ms, 9 s by default). Attempts of up to
+    OPEN_TIMEOUT_S, each after the first with a new admin client (it
+    learns the brokers afresh), for up to ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return topic_configs(admin, config.kafka_topic,
+                                 max(min(deadline - time.monotonic(), OPEN_TIMEOUT_S), 0.5))
+        except CaptureError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("%s; asking again", exc)
+            time.sleep(0.5)
+            admin, _errors = admin_client(config)
 
 
 def read_tail(config, partitions: int, timeout: float = TAIL_TIMEOUT_S) -> tuple[list[int], list[int], int]:
