@@ -74,6 +74,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from bridge.capture.record import SEQ_HEADER
 from bridge.capture.errors import (
     BackPressureTimeout,
     CaptureWriteError,
@@ -106,7 +107,7 @@ STALL_S = 5.0
 BATCH_OVERHEAD = 61
 #: librdkafka's default ``message.max.bytes`` (the largest request it sends).
 PRODUCER_MAX_BYTES = 1_000_000
-_SEQ = "seq"
+_SEQ = SEQ_HEADER
 #: delivery errors that mean Kafka did not answer (not that it refused)
 _UNAVAILABLE_CODES = frozenset({-192, -195, -187, -185})  # _MSG_TIMED_OUT (-192), _TRANSPORT, _ALL_BROKERS_DOWN,
 #                                                           _TIMED_OUT

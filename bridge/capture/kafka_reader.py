@@ -21,6 +21,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterator
 
+from bridge.capture.record import SEQ_HEADER
 from bridge.capture.errors import CaptureError, CorruptRecordError, LogUnavailableError, OffsetOutOfRangeError
 from bridge.capture.kafka_conf import client_conf
 from bridge.capture.reader import BATCH_BYTES, BATCH_RECORDS, PartitionStats, capture_arrow_schema
@@ -36,7 +37,7 @@ __all__ = ["KafkaLogReader"]
 STALL_S = 30.0
 #: Seconds a reading of the partitions' offsets may take (retrying a leader that died).
 WATERMARK_TIMEOUT_S = 30.0
-_SEQ = "seq"
+_SEQ = SEQ_HEADER
 
 
 class KafkaLogReader:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 
+from bridge.capture.record import SEQ_HEADER
 from bridge.capture.errors import CaptureError, LogMismatchError, LogUnavailableError
 from bridge.capture.kafka_conf import client_conf
 
@@ -36,7 +37,7 @@ OPEN_TIMEOUT_S = 10.0
 #: than Kafka takes to replace a leader that died (broker.session.timeout.ms,
 #: 9 s by default, then the election).
 TAIL_TIMEOUT_S = 30.0
-_SEQ = "seq"
+_SEQ = SEQ_HEADER
 
 
 def kafka_error(exc: BaseException) -> str:

@@ -65,7 +65,9 @@ MAX_RECORD_BYTES = 300 * 1024 * 1024
 #: Header keys the caller may pass; ``seq`` is the log's own.
 _CALLER_KEYS = frozenset(HEADER_KEYS) - {"seq"}
 _KEY_BYTES = {k: k.encode("ascii") for k in _CALLER_KEYS}
-_SEQ = "seq"
+#: the header of a record's capture sequence number (the log's own, on both backends)
+SEQ_HEADER = "seq"
+_SEQ = SEQ_HEADER
 
 
 def kafka_headers_size(pairs: Iterable[tuple[str, bytes]]) -> int:
