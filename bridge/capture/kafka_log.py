@@ -74,7 +74,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from bridge.capture.record import SEQ_HEADER
 from bridge.capture.errors import (
     BackPressureTimeout,
     CaptureWriteError,
@@ -91,7 +90,7 @@ from bridge.capture.kafka_topic import (
     read_tail,
     read_topic_configs,
 )
-from bridge.capture.record import Headers, encode_headers, kafka_headers_size
+from bridge.capture.record import SEQ_HEADER, Headers, encode_headers, kafka_headers_size
 from bridge.capture.writer import Ack
 from bridge.capture.writer_base import WriterBase, take_writer_lock
 from bridge.failpoints import failpoint

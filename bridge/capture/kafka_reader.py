@@ -21,11 +21,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterator
 
-from bridge.capture.record import SEQ_HEADER
 from bridge.capture.errors import CaptureError, CorruptRecordError, LogUnavailableError, OffsetOutOfRangeError
 from bridge.capture.kafka_conf import client_conf
 from bridge.capture.reader import BATCH_BYTES, BATCH_RECORDS, PartitionStats, capture_arrow_schema
-from bridge.capture.record import Record
+from bridge.capture.record import SEQ_HEADER, Record
 from schemas.capture import TIMESTAMP_TYPE_LOG_APPEND
 
 if TYPE_CHECKING:
