@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from bridge.config_sections import (AmqpConfig, CaptureConfig, EdgeConfig, JobConfig, KafkaConfig, MetricsConfig,
-                                    SparkConfig, SqlConfig, TablesConfig, TapConfig)
+from bridge.config_sections import (AmqpConfig, CaptureConfig, ClusterConfig, EdgeConfig, JobConfig, KafkaConfig,
+                                    MetricsConfig, SparkConfig, SqlConfig, TablesConfig, TapConfig)
 from bridge.peers import PEERS
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "SparkConfig",
     "SqlConfig",
     "MetricsConfig",
+    "ClusterConfig",
     "TablesConfig",
     "conf_dir",
     "load_config",
@@ -119,6 +120,7 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     #: dotted key -> where its value came from ("default" when not listed).
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     #: path key -> the directory its relative value is relative to (the
@@ -220,6 +222,7 @@ _POSITIVE = {
     "amqp.live_interval_ms",
     "amqp.live_max_records",
     "spark.shuffle_partitions",
+    "cluster.edges",
 }
 _PORTS = {"edge.port", "edge.tls_port", "sql.connect_port", "metrics.port"}
 _SECRET_KEY = re.compile(r"(password|secret|token)", re.I)
@@ -303,6 +306,10 @@ def _validate(key: str, value: Any, source: str) -> None:
     if key in ("edge.persistent_session_expiry_s", "edge.auth_failure_backoff_s",
                "job.forward_on_driver_max_rows", "job.parse_on_driver_max_rows") and value < 0:
         raise ConfigError(key, source, f"must be 0 or more, got {value!r}")
+    if key == "cluster.edge_id" and not (0 <= value <= 255):
+        raise ConfigError(key, source, f"must be 0-255, got {value!r}")
+    if key == "cluster.edges" and value > 256:
+        raise ConfigError(key, source, f"must be at most 256, got {value!r}")
     if key == "job.run_nice" and not (0 <= value <= 19):
         raise ConfigError(key, source, f"must be 0-19 (a niceness the run adds to its own work), got {value!r}")
     if key == "edge.max_topic_length" and value > 65535:
@@ -467,6 +474,9 @@ def _check_together(cfg: Config) -> None:
         raise ConfigError("sql.connect_host", cfg.sources.get("sql.connect_host", "default"),
                           f"{sql.connect_host!r} is not a loopback address: set sql.connect_token too (any client "
                           "that reaches the port could read every table), or bind 127.0.0.1")
+    bad = cfg.cluster.problem(cfg.capture)
+    if bad is not None:
+        raise ConfigError(bad[0], cfg.sources.get(bad[0], "default"), bad[1])
 
 
 def mask_secret(key: str, value: Any) -> Any:

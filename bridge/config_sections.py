@@ -378,3 +378,33 @@ class MetricsConfig:
     port: int = 9883
     #: /healthz fails when records wait in the log and the last batch is older than this.
     max_batch_age_s: float = 120.0
+
+
+@dataclass
+class ClusterConfig:
+    """Several edges as one MQTT service on one Kafka capture topic
+    (``capture.backend = "kafka"``; ``docs/cluster.md``): every edge has the
+    same configuration but its ``edge_id``, writes its own partitions of the
+    topic and delivers to its subscribers what every other edge captured."""
+
+    #: Edges in the cluster; 1: a single edge (no cluster).
+    edges: int = 1
+    #: This edge's id, 0 .. edges - 1: it writes the partitions p with p % edges == edge_id.
+    edge_id: int = 0
+
+    def problem(self, capture: CaptureConfig) -> tuple[str, str] | None:
+        """(key, what is wrong) when the cluster's keys do not fit together
+        with the capture log's, else None [LG-cluster-config]."""
+        if self.edges <= 1:
+            return None
+        if capture.backend != "kafka":
+            return "cluster.edges", (f"{self.edges} edges share one capture log on Kafka: set "
+                                     'capture.backend = "kafka" [LG-cluster-config]')
+        if capture.partitions < self.edges:
+            return "cluster.edges", (f"{self.edges} edges need at least as many capture partitions, each edge "
+                                     f"writing its own; capture.partitions is {capture.partitions} "
+                                     "[LG-cluster-config]")
+        if self.edge_id >= self.edges:
+            return "cluster.edge_id", (f"must be 0-{self.edges - 1} (cluster.edges = {self.edges}), got "
+                                       f"{self.edge_id} [LG-cluster-config]")
+        return None

@@ -104,6 +104,11 @@ OFFSET_RULE = "LG-capture-kafka-offset"
 STALL_S = 5.0
 #: Kafka's record batch header (v2), which every batch of records carries.
 BATCH_OVERHEAD = 61
+#: A cluster edge's capture sequence: a hybrid logical clock (µs) shifted by
+#: this many bits, the edge's id in them: unique across the cluster, in the
+#: order of the wall clock and of what each edge saw (at most 18 digits, as
+#: the job's kafka source reads it, until about 2090).
+SEQ_EDGE_BITS = 8
 #: librdkafka's default ``message.max.bytes`` (the largest request it sends).
 PRODUCER_MAX_BYTES = 1_000_000
 _SEQ = SEQ_HEADER
@@ -196,6 +201,14 @@ class KafkaCaptureLog(WriterBase):
         self._stopping = False
         self._closed = False
         self._failed: CaptureWriteError | None = None
+        cl = config.cluster
+        #: a cluster edge (``cluster.edges`` > 1) writes its own partitions only
+        #: (p % edges == edge_id) and numbers records by a hybrid logical clock
+        #: (see :meth:`_append_locked`)
+        self.edge_id = cl.edge_id
+        self._hlc = cl.edges > 1
+        if self._hlc:
+            self.own = [p for p in range(self.partitions) if p % cl.edges == cl.edge_id]
         self._down = False  # librdkafka said every broker is down; no delivery since
         self._producer = None
         self._thread: threading.Thread | None = None
@@ -269,13 +282,14 @@ class KafkaCaptureLog(WriterBase):
         _lows, ends, next_seq = read_tail(self.config, self.partitions)
         self._next_offset = list(ends)
         self._durable = list(ends)
-        self._next_seq = next_seq
+        self._next_seq = ((next_seq - 1) >> SEQ_EDGE_BITS) + 1 if self._hlc and next_seq else next_seq
         conf["on_delivery"] = self._on_delivery
         conf["error_cb"] = self._on_error
         self._producer = Producer(conf)
-        log.info("capture log on Kafka topic %s at %s: %d partitions, next offsets %s, next seq %d",
+        log.info("capture log on Kafka topic %s at %s: %d partitions, next offsets %s, next seq %d%s",
                  self.topic, self.config.kafka.bootstrap_servers, self.partitions, self._next_offset,
-                 self._next_seq)
+                 self._next_seq, "" if self.own is None else
+                 f"; cluster edge {self.edge_id} of {self.config.cluster.edges}, writing partitions {self.own}")
         self._thread = threading.Thread(target=self._poller, name="capture-kafka-poller", daemon=True)
         self._thread.start()
 
@@ -327,7 +341,11 @@ class KafkaCaptureLog(WriterBase):
         while True:
             # read after every wait: another append may have gone first
             offset = self._next_offset[p]
-            seq = self._next_seq
+            if self._hlc:  # the clock: never behind the wall clock (µs), never repeating
+                c = self._next_seq if self._next_seq > ts else ts
+                seq = (c << SEQ_EDGE_BITS) | self.edge_id
+            else:
+                c = seq = self._next_seq
             if _FAILPOINTS:
                 failpoint("capture-kafka-before-produce", seq)
             try:
@@ -357,10 +375,20 @@ class KafkaCaptureLog(WriterBase):
             g.seqs.append(seq)
         self._inflight[p].append((offset, seq, size, g))
         self._next_offset[p] = offset + 1
-        self._next_seq = seq + 1
+        self._next_seq = c + 1
         self._pending_bytes += size
         self.stats["appends"] += 1
         return Ack(p, offset, seq, g.future)
+
+    def observe_seq(self, seq: int) -> None:
+        """A cluster edge saw another edge's record ``seq``: its own next
+        records number after it (the hybrid logical clock's rule, so that a
+        retained publish made after seeing another edge's wins over it)."""
+        if self._hlc:
+            c = (seq >> SEQ_EDGE_BITS) + 1
+            with self._lock:
+                if c > self._next_seq:
+                    self._next_seq = c
 
     def _check_writable(self) -> None:
         if self._failed is not None:

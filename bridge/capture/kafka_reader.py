@@ -197,7 +197,7 @@ class KafkaLogReader:
         """Decoded records with start <= offset < end."""
         for msgs in self._messages(partition, start, end):
             for m in msgs:
-                yield _record(m, partition)
+                yield kafka_record(m, partition)
 
     def arrow_batches(self, partition: int, start: int, end: int, batch_records: int = BATCH_RECORDS,
                       batch_bytes: int = BATCH_BYTES) -> Iterator["pa.RecordBatch"]:
@@ -239,7 +239,8 @@ class KafkaLogReader:
             yield batch()
 
 
-def _record(m, partition: int) -> Record:
+def kafka_record(m, partition: int) -> Record:
+    """The capture record of a consumed Kafka message of ``partition``."""
     stored = []
     seq = None
     for k, v in m.headers() or ():

@@ -49,16 +49,20 @@ class WriterBase:
     _room: threading.Condition
     _pending_bytes: int
     max_pending_bytes: int
+    #: the partitions this writer may append to (a cluster edge's own); None: all
+    own: list[int] | None = None
 
     def _partition_of(self, partition_key: str) -> int:
-        """:func:`partition_for`, remembered for the last few thousand keys
+        """:func:`partition_for` (among :attr:`own` when set), remembered for the last few thousand keys
         (a connection appends under one key many times)."""
         cache = self._pcache
         p = cache.get(partition_key)
         if p is None:
             if len(cache) >= 4096:
                 cache.clear()
-            p = cache[partition_key] = partition_for(partition_key, self.partitions)
+            own = self.own
+            p = cache[partition_key] = (partition_for(partition_key, self.partitions) if own is None
+                                        else own[partition_for(partition_key, len(own))])
         return p
 
     @property

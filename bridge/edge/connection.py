@@ -94,6 +94,7 @@ class Connection(asyncio.Protocol):
         self.partial_since = 0.0  # loop time the incomplete frame started (when buffered)
         self.frames_at = 0  # session.frames_in when partial_since was set
         self.pump_soon = False  # a pump is scheduled (EdgeServer.pump_soon)
+        self.connect_seq = -1  # the capture sequence of its CONNECT (a cluster's take-over rule)
         self.working = False  # a slice of a large SUBSCRIBE / UNSUBSCRIBE is scheduled
         self.bytes_out = 0
         #: frames sent by packet type (counted only while the server's metrics are on)

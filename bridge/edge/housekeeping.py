@@ -132,7 +132,8 @@ class SessionHousekeeping:
                 self._gc_round()
                 self._expire_sessions()
                 self._log_drops()
-                if self.log.next_seq != self._snapshot_seq:
+                if self.log.next_seq != self._snapshot_seq or \
+                        getattr(self, "feed_done", None) and self.feed_done != self._snapshot_feed:
                     await self.snapshot()
                 last = None
             except asyncio.CancelledError:
@@ -178,7 +179,7 @@ class SessionHousekeeping:
         for cid, entry in doc.items():
             entry.update(session_doc(router, self.store.sessions[cid]))
         wills = self.owed_wills()
-        offsets = self.log.next_offsets()
+        offsets = self.feed_offsets(self.log.next_offsets())  # a cluster edge: what it applied of the others'
         seq = self.log.next_seq
         state_dir = self.config.edge_state_dir
         stream = self.log.stream
@@ -193,3 +194,4 @@ class SessionHousekeeping:
 
         await asyncio.to_thread(work)
         self._snapshot_seq = seq
+        self._snapshot_feed = dict(getattr(self, "feed_done", None) or {})

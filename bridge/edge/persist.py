@@ -134,14 +134,18 @@ def write_snapshot(state_dir: str | os.PathLike[str], sessions: dict, offsets: l
 def replay(reader, store: SessionStore, start: list[int], end: list[int],
            now_wall: float | None = None, wills: dict[str, WillMessage] | None = None,
            router: Router | None = None, clock_offset: float = 0.0,
-           max_inflight: int | None = None) -> int:
+           max_inflight: int | None = None, own: list[int] | None = None) -> int:
     """Apply the capture records in ``[start, end)`` (per partition, in
     capture-sequence order across partitions) to ``store`` and, when given,
     to the owed ``wills`` and to the subscriptions and outboxes of
     ``router`` (see :mod:`bridge.edge.journal`; ``max_inflight``:
     ``edge.max_inflight_messages``); returns how many records were read.
     Sessions still connected when the log ends are closed (the connection
-    died with the edge): clean ones are dropped; their Wills stay owed."""
+    died with the edge): clean ones are dropped; their Wills stay owed.
+    ``own``: a cluster edge's partitions; the other edges' records only
+    route their messages to this edge's sessions (their sessions, QoS 2
+    state and Wills are those edges')."""
+    own_set = None if own is None else frozenset(own)
     now_wall = time.time() if now_wall is None else now_wall
     live: dict[str, ClientSession] = {cid: s for cid, s in store.sessions.items()
                                       if s.disconnected_at is None}
@@ -167,6 +171,12 @@ def replay(reader, store: SessionStore, start: list[int], end: list[int],
             continue
         ptype = v[0] >> 4
         if ptype not in wanted:
+            continue
+        if own_set is not None and r.partition not in own_set:
+            if ptype == 3 and subs is not None:
+                h = record_headers(r)
+                if "reject" not in h and h.get("origin", b"client") in (b"client", b"will"):
+                    subs.record(r, ptype, h, r.key.decode("utf-8", "replace"))
             continue
         if ptype == 3 and (v[0] >> 1) & 3 != 2 and subs is None:
             # QoS 0/1 PUBLISH: only a captured Will matters, and only when one is owed
@@ -280,7 +290,7 @@ def _apply(store: SessionStore, live: dict, cid: str, v: bytes, ptype: int, h: d
 
 def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: str,
             router: Router | None = None, clock_offset: float = 0.0,
-            max_inflight: int | None = None
+            max_inflight: int | None = None, own: list[int] | None = None
             ) -> tuple[SessionStore, dict[str, WillMessage], int]:
     """The persistent sessions and the owed Wills after a (re)start: the
     snapshot plus the capture log from its offsets to ``end``; with
@@ -289,7 +299,8 @@ def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: s
     (store, owed Wills by Client Identifier, records replayed). ``max_inflight``:
     ``edge.max_inflight_messages`` (None: its default), the in-flight
     window recovery assumes for the sends the log does not journal (see
-    :mod:`bridge.edge.journal`)."""
+    :mod:`bridge.edge.journal`). ``own``: a cluster edge's partitions (see
+    :func:`replay`); without a snapshot it starts at ``end`` on the others'."""
     snap = load_snapshot(state_dir)
     start = snap.offsets
     if start is None or len(start) != len(end) or (snap.stream and snap.stream != stream):
@@ -297,13 +308,13 @@ def recover(state_dir: str | os.PathLike[str], reader, end: list[int], stream: s
             log.warning("edge session snapshot is for another capture log layout; "
                         "replaying the whole capture log")
             snap = Snapshot(SessionStore(), None)
-        start = [0] * len(end)
+        start = [0 if own is None or p in own else end[p] for p in range(len(end))]
     start = [min(s, e) for s, e in zip(start, end)]
     if router is not None and snap.docs:
         restore(snap.store, router, snap.docs, reader, clock_offset)
     try:
         n = replay(reader, snap.store, start, end, wills=snap.wills, router=router,
-                   clock_offset=clock_offset, max_inflight=max_inflight)
+                   clock_offset=clock_offset, max_inflight=max_inflight, own=own)
     except OffsetOutOfRangeError as exc:
         log.warning("edge session recovery stopped early: %s", exc)
         n = 0

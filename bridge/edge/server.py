@@ -91,6 +91,7 @@ from bridge.edge.acks import DurableAcks, ForwardWaiter
 from bridge.edge.acl import AclFileError, AclWatcher
 from bridge.edge.admission import AuthQueue
 from bridge.edge.auth import PasswordFile
+from bridge.edge.cluster import ClusterFeed
 from bridge.edge.connecting import ConnectDecision
 from bridge.edge.connection import Connection, remote_address
 from bridge.edge.fanout import FanOut
@@ -137,7 +138,7 @@ def _base36(n: int) -> str:
 
 
 class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, RetainedServing,
-                 ConnectDecision):
+                 ConnectDecision, ClusterFeed):
     """The MQTT edge server (see the module docstring).
 
     ``log``: an open :class:`CaptureLog` to use (tests); by default the
@@ -207,6 +208,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._snapshot_seq = -1
         self._stopping = False
         self._boot = _base36(int(time.time() * 1000))
+        if config.cluster.edges > 1:  # connection ids unique across the cluster
+            self._boot = f"e{config.cluster.edge_id}-{self._boot}"
         self._next_conn = 0
         self._idle: asyncio.Event | None = None
         self._gc_tuned = False
@@ -253,7 +256,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         try:
             self.store, owed_wills, replayed = await asyncio.to_thread(
                 recover, cfg.edge_state_dir, reader, end, self.log.stream,
-                self.router, time.time() - self.loop.time(), edge.max_inflight_messages)
+                self.router, time.time() - self.loop.time(), edge.max_inflight_messages,
+                getattr(self.log, "own", None))
         finally:
             reader.close()  # on Kafka: its consumers
         self._configure_store()
@@ -270,6 +274,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                      w.conn_id, w.client_id, len(w.frame),
                      "now" if w.delay_s <= 0 else f"in {w.delay_s} s unless the client connects")
             self._will(w)
+        if cfg.cluster.edges > 1:  # the other edges' records, from where the replay ended
+            self._start_feed(end)
         tune_gc()
         self._gc_tuned = True
         if edge.ack_after == "forward":
@@ -422,6 +428,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                     return
                 fut = ack.future
                 conn.last_fut = fut
+                if a.frame[0] == 0x10:
+                    conn.connect_seq = ack.seq
                 if a.qos2 is not None:
                     a.captured(ack.partition, ack.offset, ack.seq)
                 if a.deliver is not None and (self.router.tree or a.frame[0] & 1):
@@ -584,6 +592,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             if not self.conns:
                 break
             await asyncio.sleep(0.01)
+        self._stop_feed()
         if self._snapshot_task is not None:
             self._snapshot_task.cancel()
         if self._frame_task is not None:
