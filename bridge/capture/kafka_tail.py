@@ -77,7 +77,10 @@ class KafkaTail:
         positions = self.positions
         while not self._stop.is_set():
             try:
-                msgs = consumer.consume(CHUNK, timeout=0.1)
+                first = consumer.poll(0.1)  # (consume would wait for a whole CHUNK or its timeout)
+                if first is None:
+                    continue
+                msgs = [first, *consumer.consume(CHUNK - 1, timeout=0)]
             except Exception as exc:  # noqa: BLE001 - a closed consumer at shutdown, or a client error
                 if self._stop.is_set():
                     return

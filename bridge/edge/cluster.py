@@ -25,6 +25,15 @@ each record:
   when the new connection comes to this edge, unless this edge's CONNECT
   of it has the higher capture sequence (the later CONNECT wins, on every
   edge alike);
+* the fence before a SUBSCRIBE: while retained messages are served, a
+  SUBSCRIBE waits (its connection's reading paused) until this edge has
+  applied every record the other edges' partitions held when it arrived
+  (their high watermarks, read after it came; one read serves every
+  SUBSCRIBE that came before it started). So a client that subscribes
+  here after a retained publish on another edge was acknowledged gets it,
+  and a topic cleared there is served by no edge. It costs the SUBSCRIBE
+  one round trip to Kafka and the feed's lag; a read that fails opens the
+  gate (said once per kind);
 * the record's capture sequence moves this edge's clock past it
   (``KafkaCaptureLog.observe_seq``): a retained publish made here after
   seeing another edge's wins over it in the table and in every edge's
@@ -36,6 +45,7 @@ and works on its attributes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -71,12 +81,16 @@ class ClusterFeed:
                               lambda rs: loop.call_soon_threadsafe(self._feed, rs),
                               name=f"edge{self.config.cluster.edge_id}-cluster-tail")
         self.feed.start()
+        self._fence_next: list = []   # connections whose SUBSCRIBE waits for the next watermark read
+        self._fence_wait: list = []   # (watermarks, connections): read, not yet applied here
+        self._fence_task: asyncio.Task | None = None
+        self._fence_said: str | None = None
         log.info("cluster edge %d of %d: writing partitions %s, following partitions %s from offsets %s",
                  self.config.cluster.edge_id, self.config.cluster.edges, self.log.own, remote,
                  [self.feed_done[p] for p in remote])
 
     def _stop_feed(self) -> None:
-        feed = getattr(self, "feed", None)
+        feed = self.feed
         if feed is not None:
             feed.close()
 
@@ -125,6 +139,56 @@ class ClusterFeed:
                 observe(top)
         if targets:
             self._pump_all(targets.values())
+        if self._fence_wait:
+            self._fence_check()
+
+    # ------------------------------------------------------------ the fence
+    def subscribe_gate(self, conn):
+        """The gate a session calls before each SUBSCRIBE (module docstring)."""
+        def gate(_session) -> bool:
+            if self.retained is None or self._stopping:
+                return True  # no retained messages: nothing to wait for
+            conn.pause("fence")
+            self._fence_next.append(conn)
+            if self._fence_task is None or self._fence_task.done():
+                self._fence_task = self.loop.create_task(self._fence_rounds())
+            return False
+        return gate
+
+    async def _fence_rounds(self) -> None:
+        while self._fence_next:
+            batch, self._fence_next = self._fence_next, []
+            try:
+                marks = await asyncio.to_thread(self.feed.watermarks)
+                self._fence_said = None
+            except Exception as exc:  # noqa: BLE001 - Kafka not answering: serve what this edge has
+                said = f"{type(exc).__name__}: {exc}"
+                if said != self._fence_said:
+                    self._fence_said = said
+                    log.warning("cluster fence: the other edges' watermarks could not be read (%s); "
+                                "SUBSCRIBEs go on with the retained messages this edge has read", said)
+                marks = {}
+            self._fence_wait.append((marks, batch))
+            self._fence_check()
+
+    def _fence_check(self) -> None:
+        done = self.feed_done
+        keep = []
+        for marks, batch in self._fence_wait:
+            if all(done.get(p, 0) >= o for p, o in marks.items()):
+                for conn in batch:
+                    self._open_gate(conn)
+            else:
+                keep.append((marks, batch))
+        self._fence_wait = keep
+
+    @staticmethod
+    def _open_gate(conn) -> None:
+        session = conn.session
+        if session is not None:
+            session.open_gate()
+        conn.resume("fence")
+        conn.work_if_pending()
 
     def _feed_connect(self, r) -> None:
         """Another edge accepted a CONNECT: a connection here with that
@@ -156,7 +220,7 @@ class ClusterFeed:
         """For ``lakegate status`` and ``/metrics``: this edge's place in
         the cluster and how far it is behind the other edges' partitions
         (None outside a cluster)."""
-        feed = getattr(self, "feed", None)
+        feed = self.feed
         if feed is None:
             return None
         cl = self.config.cluster

@@ -213,6 +213,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._next_conn = 0
         self._idle: asyncio.Event | None = None
         self._gc_tuned = False
+        #: a cluster edge's tail of the other edges' partitions (bridge.edge.cluster)
+        self.feed = None
 
     # ------------------------------------------------------------ start
     async def start(self) -> list[tuple[str, int, bool]]:
@@ -327,6 +329,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         busy = len(self.conns) >= self.edge.max_connections
         conn.session = Session(conn.conn_id, conn.remote, self.limits, now, busy=busy,
                                router=self.router)
+        if self.feed is not None:  # a cluster edge: SUBSCRIBE waits for the others' records
+            conn.session.subscribe_gate = self.subscribe_gate(conn)
         self.conns.add(conn)
         self._idle.clear()
         self.stats["connections"] += 1

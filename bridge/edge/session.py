@@ -173,6 +173,13 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows, SendingFlows):
         self._work = None
         #: the turn's work was spent with frames left in the buffer (TURN_BUDGET)
         self._held = False
+        #: a cluster edge's fence before a SUBSCRIBE (bridge.edge.cluster): called
+        #: with the session, True when it may go on now; else the server opens
+        #: the gate (``open_gate``) once this edge has read what the others
+        #: had captured by then
+        self.subscribe_gate = None
+        self._gated = False     # a SUBSCRIBE waits at the gate
+        self._gate_open = False  # ...and may pass now
         #: a large SUBSCRIBE's filters are being applied (sends wait for its SUBACK)
         self._applying = False
         self.remote = remote
@@ -260,7 +267,7 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows, SendingFlows):
         if buf or self.state == CONNECTING or self._work is not None or self._held:
             buf += data
             if len(buf) < self._need or self.state == CONNECTING or self._work is not None \
-                    or self._held:
+                    or self._held or self._gated:
                 return []
             return self._process_buffer()
         actions: list[Action] = []
@@ -349,6 +356,12 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows, SendingFlows):
                         "Authentication Method", packet_type=PacketType.AUTH, protocol_level=5),
                         actions)
                     return end
+                if b0 == 0x82 and self.subscribe_gate is not None and state is CONNECTED:
+                    if self._gate_open:
+                        self._gate_open = False
+                    elif not self.subscribe_gate(self):
+                        self._gated = True  # the server opens the gate (open_gate)
+                        return pos
                 if (b0 == 0x82 or b0 == 0xA2) and state is CONNECTED:
                     total = _large_frame(view, pos, end, limit)
                     if total:  # a large SUBSCRIBE / UNSUBSCRIBE: in slices

@@ -166,6 +166,14 @@ class SubscriberFlows:
                                  decoder.ptype == PacketType.SUBSCRIBE), decoder)
         self._work_slice(actions)
 
+    def open_gate(self) -> None:
+        """The SUBSCRIBE waiting at a cluster edge's fence may pass: it is
+        handled by the next :meth:`work` call (``work_pending``)."""
+        if self._gated:
+            self._gated = False
+            self._gate_open = True
+            self._held = True
+
     @property
     def work_pending(self) -> bool:
         """A large SUBSCRIBE / UNSUBSCRIBE is being handled, or received
