@@ -391,6 +391,10 @@ class ClusterConfig:
     edges: int = 1
     #: This edge's id, 0 .. edges - 1: it writes the partitions p with p % edges == edge_id.
     edge_id: int = 0
+    #: Seconds without a beat after which the other edges declare an edge dead (its
+    #: sessions move, its Wills are published); an edge beats every tenth of it, and
+    #: closes its connections when no beat was confirmed for half of it.
+    lease_s: float = 10.0
 
     def problem(self, capture: CaptureConfig) -> tuple[str, str] | None:
         """(key, what is wrong) when the cluster's keys do not fit together

@@ -46,4 +46,12 @@ HEADER_KEYS = {
     "ack_refs": "on a run of a subscriber's 4-byte PUBACKs captured as one record (the frames "
                 "back to back): partition:offset of each one's message, space-separated, '-' for "
                 "none; the job skips these records (valid acknowledgements, nothing for a table)",
+    "edge": "a cluster edge's own record, not a frame (value empty): 'beat' (the edge is alive), "
+            "'claim' / 'release' (a session moving between edges), 'sent' (Packet Identifiers of "
+            "deliveries to a persistent session, as edge_refs); the job skips these records",
+    "edge_id": "with edge: the cluster edge that wrote it (decimal)",
+    "edge_refs": "with edge 'sent': partition:offset:packet-id of each delivery, space-separated",
+    "edge_info": "with edge 'beat': what the edge tells the others (JSON: connections, lag, host, port)",
+    "claim_of": "with edge 'claim': the edge asked to release the session of the record's client id",
+    "release_to": "with edge 'release': the edge the session was released to",
 }

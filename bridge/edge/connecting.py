@@ -7,7 +7,9 @@ access (:mod:`bridge.edge.exposure`), then take-over of an older connection
 with the same Client Identifier [MQTT-3.1.4-3], a delayed Will the session
 left (cancelled; captured now on Clean Start), the session from the store
 (nothing of an earlier one survives a new session [MQTT-3.1.2-4]), and
-``Session.accept``. When the connection ends, its session goes back to the
+``Session.accept``. On a cluster edge, a CONNECT that resumes a session
+first waits for it (``ClusterFeed.move_in``: from the edge it is connected
+on, and whatever the other edges captured of it). When the connection ends, its session goes back to the
 store (:meth:`ConnectDecision._end_client`). :class:`ConnectDecision` is a
 part of :class:`~bridge.edge.server.EdgeServer` and works on its attributes
 (``clients``, ``store``, ``pending_wills``, ``passwords``, ``auth``, ...).
@@ -79,6 +81,36 @@ class ConnectDecision:
             self.stats["refused"] += 1
             self.perform(conn, session.refuse(edge_rules.AUTH_FAILED, *refusal))
             return
+        if self.feed is not None:  # a cluster edge (bridge.edge.cluster)
+            if self.fenced:
+                self.stats["refused"] += 1
+                self.perform(conn, session.refuse(edge_rules.CLUSTER_LEASE, 0x88,
+                                                  "this edge has no confirmed lease in Kafka; use another"))
+                return
+            if not req.clean_start:  # the session may be on another edge, or not applied here yet
+                self.loop.create_task(self._move_then_connect(conn, req))
+                return
+        self._connect_decided(conn, req)
+
+    async def _move_then_connect(self, conn: Connection, req: ConnectRequest) -> None:
+        try:
+            ok = await self.move_in(conn, req.client_id)
+        except Exception:  # noqa: BLE001 - refused below, the error logged with the client's id
+            log.exception("%s client=%s: moving its session failed", conn.conn_id, req.client_id)
+            ok = False
+        if conn.transport is None or self._stopping or conn.session is None:
+            return
+        if not ok:
+            self.stats["refused"] += 1
+            self.perform(conn, conn.session.refuse(
+                edge_rules.CLUSTER_MOVE, 0x88, "its session could not be moved from the edge it is "
+                "connected on (neither released nor declared dead in time)"))
+            return
+        self._connect_decided(conn, req)
+
+    def _connect_decided(self, conn: Connection, req: ConnectRequest) -> None:
+        """The CONNECT may be accepted: take-over, Will, session, CONNACK."""
+        session = conn.session
         cid = req.client_id
         old = self.clients.get(cid)
         if old is not None and old is not conn:

@@ -295,8 +295,10 @@ class Outbox:
         self.replays += 1
 
     # ------------------------------------------------------------ out
-    def pump(self, rx: Receiver, now: float) -> list[bytes]:
-        """The frames that may be sent now, in order."""
+    def pump(self, rx: Receiver, now: float, journal: list | None = None) -> list[bytes]:
+        """The frames that may be sent now, in order. ``journal``: gets
+        (message ref, Packet Identifier) of each QoS 1/2 delivery sent for
+        the first time (a cluster edge journals them, bridge.edge.applier)."""
         q = self.queue
         if not q:
             return []
@@ -367,6 +369,8 @@ class Outbox:
                 d.state = SENT
                 inflight[d.pid] = d
                 room -= 1
+                if journal is not None and msg.ref is not None:
+                    journal.append((msg.ref, d.pid))
         self.queued_bytes -= freed
         self.sent += len(out)
         return out
@@ -440,6 +444,22 @@ class Outbox:
                 d.state = SENT
                 d.dup = True
                 inflight[d.pid] = d
+
+    def renumber(self) -> None:
+        """A session moved in from another cluster edge (bridge.edge.cluster):
+        its queued deliveries were numbered here, its in-flight ones there;
+        queued ones whose number is in flight (or taken twice) get free ones
+        (they were never sent, so any number will do)."""
+        used = set(self.inflight)
+        for d in self.queue:
+            if isinstance(d.msg, Barrier) or not d.qos or d.msg.sink is not None:
+                continue
+            if d.pid in used:
+                while packet_id(self.next_k) in used:
+                    self.next_k += 1
+                d.pid = packet_id(self.next_k)
+                self.next_k += 1
+            used.add(d.pid)
 
     def ready(self) -> bool:
         """Something could be sent now (given window room)."""

@@ -217,10 +217,19 @@ class Replayer:
     the sessions connected at that point of the log (kept by the caller)."""
 
     def __init__(self, router: Router, live: dict, clock_offset: float = 0.0,
-                 max_inflight: int | None = None) -> None:
+                 max_inflight: int | None = None, journaled: bool = False) -> None:
         self.router = router
         self.live = live
         self.clock_offset = clock_offset
+        #: a cluster's log: sends are journaled (``edge`` = ``sent`` records,
+        #: bridge.edge.applier), so none is assumed; an acknowledgement ends
+        #: the delivery of its message whatever its queued Packet Identifier
+        self.journaled = journaled
+        #: journaled: called (cid, ref, Packet Identifier of a PUBREC < 0x80 or None) for an
+        #: acknowledgement of a message not routed yet
+        self.on_unmatched_ack = None
+        #: journaled: called with the Client Identifiers a replayed message was routed to
+        self.on_routed = None
         #: ``edge.max_inflight_messages`` (the window of 3.x clients, the
         #: upper bound of the Receive Maximum of MQTT 5 ones)
         self.max_inflight = Limits.max_inflight_messages if max_inflight is None else max_inflight
@@ -250,7 +259,7 @@ class Replayer:
         """What the connected session ``s`` may have been sent by now (see
         the module docstring)."""
         box = s.outbox
-        if box is not None and box.queue:
+        if box is not None and box.queue and not self.journaled:
             rx = self.rx.get(s.client_id)
             if rx is None:
                 rx = Receiver(4 if s.v3 else 5, self.max_inflight)
@@ -264,9 +273,12 @@ class Replayer:
             msg = message_of_record(r, self.clock_offset, h)
             if msg is not None:
                 live = self.live
-                for s in self.router.route(msg, lambda c: c in live):
+                got = self.router.route(msg, lambda c: c in live)
+                for s in got:
                     if s.client_id in live:
                         self._sends(s, msg.received)
+                if self.on_routed is not None and got:
+                    self.on_routed([s.client_id for s in got])
             return
         s = self.live.get(cid)
         if s is None:
@@ -300,36 +312,47 @@ class Replayer:
                 for i, ref in enumerate(refs.split(b" ")):
                     if ref != b"-":
                         p_, o_ = (int(x) for x in ref.split(b":"))
-                        self._ack(box, 4, v[4 * i:4 * i + 4], (p_, o_))
+                        self._acked(cid, box, 4, v[4 * i:4 * i + 4], (p_, o_))
             else:
                 ref = h.get("ack_ref")
                 if ref is None:
                     return
                 p_, o_ = (int(x) for x in ref.decode().split(":"))
-                self._ack(box, ptype, r.value, (p_, o_))
+                self._acked(cid, box, ptype, r.value, (p_, o_))
             self._sends(s, r.timestamp_us / 1e6 - self.clock_offset)  # the window has room
 
+    def _acked(self, cid: str, box, ptype: int, v: bytes, ref: tuple[int, int]) -> None:
+        if self._ack(box, ptype, v, ref, self.journaled) or self.on_unmatched_ack is None:
+            return
+        rc = v[4] if len(v) >= 5 else 0
+        # a PUBREC < 0x80 leaves the delivery released (PUBREL due), with its identifier
+        self.on_unmatched_ack(cid, ref, (v[2] << 8) | v[3] if ptype == 5 and rc < 0x80 else None)
+
     @staticmethod
-    def _ack(box, ptype: int, v: bytes, ref: tuple[int, int]) -> None:
+    def _ack(box, ptype: int, v: bytes, ref: tuple[int, int], by_ref: bool = False) -> bool:
+        """End or advance the delivery of ``ref`` (True: found). ``by_ref``:
+        a queued delivery matches by its message alone (a cluster: its
+        queued Packet Identifier is this edge's, the acknowledging edge's
+        may differ)."""
         pid = (v[2] << 8) | v[3] if len(v) >= 4 else None
         rc = v[4] if len(v) >= 5 else 0
-        for pool in (box.inflight, None):
-            if pool is not None:
-                d = pool.get(pid)
-                if d is not None and d.msg.ref == ref:
-                    if ptype == 5 and rc < 0x80:
-                        d.state = RELEASED
-                    else:
-                        del pool[pid]
-                    return
+        d = box.inflight.get(pid)
+        if d is not None and d.msg.ref == ref:
+            if ptype == 5 and rc < 0x80:
+                d.state = RELEASED
+            else:
+                del box.inflight[pid]
+            return True
         for d in box.queue:
-            if d.msg.ref == ref and d.pid == pid:
+            if d.msg.ref == ref and (by_ref or d.pid == pid):
                 box.queue.remove(d)
                 box.queued_bytes -= d.msg.size
                 if ptype == 5 and rc < 0x80:
+                    d.pid = pid
                     d.state = RELEASED
                     box.inflight[pid] = d
-                return
+                return True
+        return False
 
     def finish(self) -> None:
         """End of the log: drop QoS 0 deliveries. (The QoS 1/2 ones that may

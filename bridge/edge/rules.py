@@ -36,6 +36,8 @@ __all__ = [
     "TOPIC_LENGTH",
     "TOPIC_LEVELS",
     "SESSION_TAKEN_OVER",
+    "CLUSTER_LEASE",
+    "CLUSTER_MOVE",
     "edge_violation",
 ]
 
@@ -61,6 +63,8 @@ CONNECT_TIMEOUT = "LG-edge-connect-timeout"
 SERVER_SHUTDOWN = "LG-edge-shutdown"
 CAPTURE_FAILED = "LG-edge-capture-failed"
 ANONYMOUS_BEYOND_LOOPBACK = "LG-edge-anonymous-beyond-loopback"
+CLUSTER_LEASE = "LG-cluster-lease"
+CLUSTER_MOVE = "LG-cluster-move"
 
 EDGE_RULES: dict[str, Rule] = {
     AUTH_FAILED: Rule(
@@ -184,6 +188,21 @@ EDGE_RULES: dict[str, Rule] = {
         "anonymous clients are refused (CONNACK 0x87 Not authorized, 3.x 0x05, under "
         "MQTT-3.1.4-2). Only edge.allow_anonymous = true set by the user (file, environment "
         "or --set) lets anonymous clients in beyond loopback",
+    ),
+    CLUSTER_LEASE: Rule(
+        "A cluster edge had no beat confirmed by Kafka for half of cluster.lease_s", 0x88, _P,
+        enforced="session",
+        note="the edge closes every connection (MQTT 5: DISCONNECT 0x9C Use another server) and "
+        "refuses CONNECTs (CONNACK 0x88 Server unavailable, 3.x 0x03) until a beat is confirmed "
+        "again, so that it never serves a session another edge may take over once this one is "
+        "declared dead (no beat for cluster.lease_s); no Will is published by it",
+    ),
+    CLUSTER_MOVE: Rule(
+        "A session could not be moved from the cluster edge it is connected on", 0x88, _P,
+        enforced="session",
+        note="CONNACK 0x88 Server unavailable (3.x 0x03): that edge neither released the "
+        "session nor was declared dead within cluster.lease_s plus the wait for it; the client "
+        "tries again",
     ),
 }
 

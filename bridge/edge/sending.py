@@ -142,10 +142,18 @@ class SendingFlows:
         if self._applying:
             self._pump_due = True
             return []
-        frames = client.outbox.pump(self.receiver(), now)
+        journal = [] if self.journal_sends and client.persistent else None
+        frames = client.outbox.pump(self.receiver(), now, journal)
         if not frames:
             return []
-        return [Send(frames[0] if len(frames) == 1 else b"".join(frames))]
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if journal:
+            # a cluster edge: the Packet Identifiers are journaled before the
+            # PUBLISHes leave, so that any edge can resume the session
+            # (bridge.edge.applier); the frames go once the record is durable
+            refs = b" ".join(b"%d:%d:%d" % (ref[0], ref[1], pid) for ref, pid in journal)
+            return [Capture(b"", _plus(self._headers, [("edge", b"sent"), ("edge_refs", refs)]), data)]
+        return [Send(data)]
 
     def _resume_deliveries(self, now: float) -> list[Action]:
         """On accepting the connection: the re-sends, then what is queued."""

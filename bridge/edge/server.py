@@ -215,6 +215,10 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         self._gc_tuned = False
         #: a cluster edge's tail of the other edges' partitions (bridge.edge.cluster)
         self.feed = None
+        #: a cluster edge's records of the other edges, applied (bridge.edge.applier)
+        self.applier = None
+        #: a cluster edge without a confirmed lease: it serves no client [LG-cluster-lease]
+        self.fenced = False
 
     # ------------------------------------------------------------ start
     async def start(self) -> list[tuple[str, int, bool]]:
@@ -256,10 +260,12 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         end = self.log.next_offsets()
         reader = open_reader(cfg)
         try:
+            cluster = (cfg.cluster.edges, cfg.cluster.edge_id) if cfg.cluster.edges > 1 else None
+            applier: list = []
             self.store, owed_wills, replayed = await asyncio.to_thread(
                 recover, cfg.edge_state_dir, reader, end, self.log.stream,
                 self.router, time.time() - self.loop.time(), edge.max_inflight_messages,
-                getattr(self.log, "own", None))
+                cluster, applier)
         finally:
             reader.close()  # on Kafka: its consumers
         self._configure_store()
@@ -277,7 +283,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                      "now" if w.delay_s <= 0 else f"in {w.delay_s} s unless the client connects")
             self._will(w)
         if cfg.cluster.edges > 1:  # the other edges' records, from where the replay ended
-            self._start_feed(end)
+            self._start_feed(end, applier[0] if applier else None)
         tune_gc()
         self._gc_tuned = True
         if edge.ack_after == "forward":
@@ -331,6 +337,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                                router=self.router)
         if self.feed is not None:  # a cluster edge: SUBSCRIBE waits for the others' records
             conn.session.subscribe_gate = self.subscribe_gate(conn)
+            conn.session.journal_sends = True
         self.conns.add(conn)
         self._idle.clear()
         self.stats["connections"] += 1
@@ -432,7 +439,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                     return
                 fut = ack.future
                 conn.last_fut = fut
-                if a.frame[0] == 0x10:
+                if a.frame[:1] == b"\x10":
                     conn.connect_seq = ack.seq
                 if a.qos2 is not None:
                     a.captured(ack.partition, ack.offset, ack.seq)

@@ -178,6 +178,9 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows, SendingFlows):
         #: the gate (``open_gate``) once this edge has read what the others
         #: had captured by then
         self.subscribe_gate = None
+        #: a cluster edge journals the Packet Identifiers it sends a persistent
+        #: session (bridge.edge.sending.deliver)
+        self.journal_sends = False
         self._gated = False     # a SUBSCRIBE waits at the gate
         self._gate_open = False  # ...and may pass now
         #: a large SUBSCRIBE's filters are being applied (sends wait for its SUBACK)
@@ -448,6 +451,24 @@ class Session(ConnectHandshake, InboundFlows, SubscriberFlows, SendingFlows):
             self.close_reason = why
             return [Close(why)]
         return self._server_disconnect(0x8E, why)
+
+    def lease_lost(self) -> list[Action]:
+        """A cluster edge lost its lease (bridge.edge.cluster): DISCONNECT 0x9C
+        Use another server (MQTT 5), close; no Will here: once the edge is
+        declared dead another edge publishes it, once."""
+        why = f"cluster lease lost, use another edge [{edge_rules.CLUSTER_LEASE}]"
+        if self.state != CONNECTED:
+            self.state = CLOSED
+            self.close_reason = why
+            return [Close(why)]
+        actions: list[Action] = []
+        if self.level == 5:
+            actions.append(Send(bytes((0xE0, 1, 0x9C))))
+        self.will = None
+        self.state = CLOSED
+        self.close_reason = why
+        actions.append(Close(why))
+        return actions
 
     def _server_disconnect(self, reason: int, why: str) -> list[Action]:
         actions: list[Action] = []

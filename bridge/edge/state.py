@@ -72,7 +72,7 @@ class ClientSession:
     """The state of one Client Identifier's session (see the module docstring)."""
 
     __slots__ = ("client_id", "persistent", "expiry_s", "disconnected_at", "qos2", "connected",
-                 "v3", "outbox", "username")
+                 "v3", "outbox", "username", "home")
 
     def __init__(self, client_id: str, persistent: bool = False, expiry_s: int = 0) -> None:
         self.client_id = client_id
@@ -90,6 +90,8 @@ class ClientSession:
         self.outbox = None
         #: the user name of the connection that last held the session (ACL at delivery)
         self.username: str | None = None
+        #: a cluster: the edge the session's connection is (or was last) on; None: this one
+        self.home: int | None = None
 
     def expired(self, now_wall: float, v3_expiry_s: int = 0) -> bool:
         """True when the session has outlived its expiry interval (for a 3.x
@@ -108,6 +110,8 @@ class ClientSession:
                "qos2": {str(pid): e.to_json() for pid, e in sorted(self.qos2.items())}}
         if self.v3:
             doc["v3"] = True
+        if self.home is not None:
+            doc["home"] = self.home
         return doc
 
     @classmethod
@@ -115,6 +119,7 @@ class ClientSession:
         s = cls(client_id, True, int(doc["expiry_s"]))
         s.disconnected_at = doc.get("disconnected_at")
         s.v3 = bool(doc.get("v3", False))
+        s.home = doc.get("home")
         s.qos2 = {int(pid): Qos2Entry.from_json(row) for pid, row in doc.get("qos2", {}).items()}
         return s
 

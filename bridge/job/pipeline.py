@@ -63,8 +63,9 @@ def frame_rows(records: "DataFrame") -> "DataFrame":
     from schemas.tables import PARSED_RENAMES
 
     # a run of a subscriber's 4-byte PUBACKs captured as one record (header
-    # ack_refs): acknowledgements the edge checked, with no row in any table
-    ctx = with_context(records.where(header("ack_refs").isNull()))
+    # ack_refs): acknowledgements the edge checked, with no row in any table;
+    # a cluster edge's own records (header edge): not frames
+    ctx = with_context(records.where(header("ack_refs").isNull() & header("edge").isNull()))
     parsed = ctx.withColumn("_p", frames_udf()(F.col("frame"), F.col("protocol_level"), F.col("alias_topic"), F.col("origin")))
     cols = [F.col(c) for c in ctx.columns]
     cols += [F.col(f"_p.{n}").alias(PARSED_RENAMES.get(n, n)) for n in field_names(PARSED_FRAME_DDL)]

@@ -111,7 +111,8 @@ def _cast(arr: "pa.Array", type_name: str) -> "pa.Array":
 
 
 def _context(batch: "pa.RecordBatch") -> tuple[dict[str, "pa.Array"], "pa.Array"]:
-    """CONTEXT_DDL columns of capture records, and the ack_refs header (to drop those records)."""
+    """CONTEXT_DDL columns of capture records, and what drops a record when not null: the
+    ack_refs header, or a cluster edge's own record (header edge)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -132,14 +133,18 @@ def _context(batch: "pa.RecordBatch") -> tuple[dict[str, "pa.Array"], "pa.Array"
     cols["origin"] = pc.coalesce(_cast(header("origin"), "string"), pa.scalar("client"))
     cols["duplicate"] = pc.fill_null(pc.equal(_cast(header("dup"), "string"), "1"), False)
     cols["frame"] = batch.column("value")
-    return cols, header("ack_refs")
+    skip = header("ack_refs")
+    edge = header("edge")  # a cluster edge's own records: not frames
+    if edge.null_count != len(edge):
+        skip = pc.coalesce(skip, edge)
+    return cols, skip
 
 
 def frame_rows_arrow(batches: Iterable["pa.RecordBatch"]) -> "pa.Table":
     """Frame rows (``FRAME_ROW_DDL``) of capture record batches
     (``bridge.capture.reader.LogReader.arrow_batches``), in their order; the
-    records of a run of subscriber PUBACKs (header ``ack_refs``) left out, as
-    the job does."""
+    records of a run of subscriber PUBACKs (header ``ack_refs``) and a
+    cluster edge's own records (header ``edge``) left out, as the job does."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -76,8 +76,8 @@ KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 #: Capture headers the job casts to a number, with the most digits each may have.
 _NUMERIC = {"seq": 18, "proto": 9, "rel_seq": 18, "reject_code": 9}
-#: Headers a non-record loses (its own verdict replaces them; ack_refs would drop it unseen).
-_REPLACED = ("reject", "reject_code", "reject_error", "ack_refs")
+#: Headers a non-record loses (its own verdict replaces them; ack_refs or edge would drop it unseen).
+_REPLACED = ("reject", "reject_code", "reject_error", "ack_refs", "edge")
 _SECRET_OPTIONS = ("kafka.sasl.jaas.config", "kafka.ssl.keystore.key")
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
