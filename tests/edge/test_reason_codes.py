@@ -39,6 +39,11 @@ CONNECT_ONLY = {
     "MQTT-3.1.3-8": 0x85,   # Client Identifier refused
     "MQTT-3.1.4-2": 0x86,   # credentials (server decision, refuse())
     "MQTT-4.12.0-1": 0x8C,  # Authentication Method
+    # a cluster edge refuses a CONNECT with 0x88 Server unavailable: without a lease, or when a
+    # session cannot be moved to it; a lease lost later ends connections with DISCONNECT 0x9C
+    # Use another server (Session.lease_lost), not with the rule's code
+    "LG-cluster-lease": 0x88,
+    "LG-cluster-move": 0x88,
 }
 # Rules that need an established connection (PUBLISH state, timers, a newer
 # connection): their codes are DISCONNECT codes that no CONNACK carries.
