@@ -393,8 +393,10 @@ class ClusterConfig:
     edge_id: int = 0
     #: Seconds without a beat after which the other edges declare an edge dead (its
     #: sessions move, its Wills are published); an edge beats every tenth of it, and
-    #: closes its connections when no beat was confirmed for half of it.
-    lease_s: float = 10.0
+    #: closes its connections when no beat was confirmed for half of it. Half of it must
+    #: exceed the Kafka cluster's fail-over (a broker's broker.session.timeout.ms, 9 s by
+    #: default, plus an election), or a broker's death closes every edge's connections.
+    lease_s: float = 30.0
 
     def problem(self, capture: CaptureConfig) -> tuple[str, str] | None:
         """(key, what is wrong) when the cluster's keys do not fit together
