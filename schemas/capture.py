@@ -48,10 +48,14 @@ HEADER_KEYS = {
                 "none; the job skips these records (valid acknowledgements, nothing for a table)",
     "edge": "a cluster edge's own record, not a frame (value empty): 'beat' (the edge is alive), "
             "'claim' / 'release' (a session moving between edges), 'sent' (Packet Identifiers of "
-            "deliveries to a persistent session, as edge_refs); the job skips these records",
+            "deliveries to a persistent session, as edge_refs), 'share' (a shared message's edge); "
+            "the job skips these records",
     "edge_id": "with edge: the cluster edge that wrote it (decimal)",
     "edge_refs": "with edge 'sent': partition:offset:packet-id of each delivery, space-separated",
     "edge_info": "with edge 'beat': what the edge tells the others (JSON: connections, lag, host, port)",
     "claim_of": "with edge 'claim': the edge asked to release the session of the record's client id",
     "release_to": "with edge 'release': the edge the session was released to",
+    "share_to": "with edge 'share': the edge chosen to give a shared message to one of its members",
+    "share_ref": "with edge 'share': partition:offset of the message",
+    "share_group": "with edge 'share': the Shared Subscription group, name/filter",
 }

@@ -296,16 +296,21 @@ class KafkaCaptureLog(WriterBase):
     # ---------------------------------------------------------------- append
     def append(self, partition_key: str, key: bytes, value: bytes,
                headers: Iterable[tuple[str, bytes]] = (), timestamp_us: int | None = None,
-               timeout: float | None = None) -> Ack:
+               timeout: float | None = None, partition: int | None = None) -> Ack:
         """Append one record; returns its :class:`Ack` at once (not yet in Kafka).
 
         As :meth:`bridge.capture.writer.CaptureLog.append`. Also raises
-        RecordTooLargeError (nothing produced, the log stays healthy)."""
+        RecordTooLargeError (nothing produced, the log stays healthy).
+        ``partition``: this partition (one this writer writes) instead of
+        ``partition_key``'s: a cluster edge's record that must follow
+        another in its partition."""
         if not isinstance(key, (bytes, bytearray)) or not isinstance(value, (bytes, bytearray)):
             raise TypeError("capture append: key and value must be bytes")
         hlist, hsize = _kafka_headers(headers)
         ts = time.time_ns() // 1000 if timestamp_us is None else int(timestamp_us)
-        p = self._partition_of(partition_key)
+        p = self._partition_of(partition_key) if partition is None else partition
+        if partition is not None and self.own is not None and partition not in self.own:
+            raise ValueError(f"capture log on Kafka: partition {partition} is another cluster edge's")
         with self._lock:
             if self._failed is not None or self._stopping or self._closed:
                 self._check_writable()

@@ -44,6 +44,15 @@ its event loop:
   may take once this one is declared dead [LG-cluster-lease]. The sessions
   of a dead edge are closed where they are kept, and its owed Wills are
   published by the live edge with the lowest id, after their delay;
+* **shared subscriptions** ``$share/{group}/{filter}``: the edge that
+  captured a message chooses, among the live edges with members of the
+  group (itself if it serves one, the others as their beats say), one by
+  the message's coordinates; another edge is named in a ``share`` record
+  after the message in its partition. The chosen edge gives it to one of
+  its members, round robin. So each message
+  goes to one member across the cluster; a member's edge that dies takes
+  no later message (its beats stop), and a persistent member's queued ones
+  move with its session;
 * **the fence**: a SUBSCRIBE, and a CONNECT that resumes a session, waits
   (its connection's reading paused) until this edge has applied every
   record the other edges' partitions held when it arrived (their high
@@ -71,9 +80,11 @@ sessions are taken only once its beats stopped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import time
+import zlib
 
 from bridge.capture.errors import CaptureError
 from bridge.edge import rules as edge_rules
@@ -89,6 +100,8 @@ log = logging.getLogger("bridge.edge")
 
 #: a claimed session's edge gets this long past its lease to release it, then the CONNECT is refused
 MOVE_GRACE_S = 5.0
+#: messages of other edges kept for a Shared Subscription choice that may name this edge
+SHARE_PENDING = 20000
 
 
 def remote_partitions(config) -> list[int]:
@@ -123,7 +136,7 @@ class ClusterFeed:
         #: partition -> the next offset this edge's loop has applied (snapshots record it)
         self.feed_done = {p: end[p] for p in remote}
         self.feed_stats = {"records": 0, "messages": 0, "takeovers": 0, "moves_in": 0, "moves_out": 0,
-                           "dead_edges": 0}
+                           "dead_edges": 0, "shared_out": 0, "shared_in": 0, "shared_unserved": 0}
         self._feed_clock = clock
         #: edge id -> {"seen": wall time of its last beat, "info": what it said}
         self.members: dict[int, dict] = {}
@@ -136,6 +149,11 @@ class ClusterFeed:
         self._fence_task: asyncio.Task | None = None
         self._fence_said: str | None = None
         self._releases: dict[str, asyncio.Future] = {}  # client id -> the release this edge waits for
+        #: other edges' messages that match a Shared Subscription here: ref -> message, until a
+        #: ``share`` record names this edge for them (or SHARE_PENDING newer ones push them out)
+        self._share_pending: collections.OrderedDict = collections.OrderedDict()
+        self.router.share_here = self._share_here
+        self.router.share_choose = self._share_choose
         loop = self.loop
         self.feed = KafkaTail(self.config, dict(self.feed_done),
                               lambda rs: loop.call_soon_threadsafe(self._feed, rs),
@@ -187,11 +205,17 @@ class ClusterFeed:
                         if router.tree:
                             m = router.tree.match(msg.topic)
                             if m:
-                                got = router.deliver(msg, m, self._connected)
+                                # Shared Subscriptions: the publisher's edge chose (a share record)
+                                got = router.deliver(msg, m, self._connected, shared=False)
                                 for t in got:
                                     targets[id(t)] = t
                                 if got and app.unmatched:
                                     app.routed([t.client_id for t in got])
+                                if m.shared:
+                                    pend = self._share_pending
+                                    pend[(r.partition, r.offset)] = msg
+                                    if len(pend) > SHARE_PENDING:
+                                        pend.popitem(last=False)
                 if origin == b"will" or (v[0] >> 1) & 3 == 2:
                     app.apply(r, route=False)  # a captured Will ends it; QoS 2: the inbound state
             elif ptype == 1:
@@ -253,6 +277,10 @@ class ClusterFeed:
         if kind == b"claim":
             if h.get("claim_of") == str(self.config.cluster.edge_id).encode():
                 self._release(r.key.decode("utf-8", "replace"), edge)
+            return
+        if kind == b"share":
+            if h.get("share_to") == str(self.config.cluster.edge_id).encode():
+                self._shared_in(h)
             return
         self.applier.apply(r)
         if kind == b"release":
@@ -338,6 +366,79 @@ class ClusterFeed:
         finally:
             conn.resume("move")
 
+    # ------------------------------------------------------------ shared subscriptions
+    def _share_here(self, cid: str) -> bool:
+        """A Shared Subscription member this edge serves: its session is
+        connected here, or was last (not kept for another edge)."""
+        s = self.router.sessions.get(cid)
+        return s is not None and s.home is None
+
+    def _share_choose(self, group, msg) -> bool:
+        """Which edge gives a message captured here to a member of the
+        shared ``group``: among the live edges with members of it (this one
+        if it serves one, the others as their beats say), the one the
+        message's coordinates pick. True: this edge; else that edge is
+        named in a ``share`` record after the message in its partition."""
+        ref = msg.ref
+        own = self.log.own
+        if ref is None or own is None or ref[0] not in own:
+            return True  # not captured by this edge (a retained or AMQP message): its own members
+        key = group.key
+        me = self.config.cluster.edge_id
+        here = self._share_here
+        edges = sorted(e for e, m in self.members.items()
+                       if e != me and not self.edge_dead(e) and key in m["info"].get("shared", ()))
+        if any(here(cid) for cid in group.members):
+            edges = sorted([*edges, me])
+        if not edges:
+            self.feed_stats["shared_unserved"] += 1
+            return False
+        to = edges[zlib.crc32(b"%d:%d" % ref) % len(edges)]
+        if to == me:
+            return True
+        try:
+            self.log.append("", msg.origin.encode(), b"", [
+                ("conn_id", f"edge{me}".encode()), ("edge", b"share"), ("edge_id", str(me).encode()),
+                ("share_to", str(to).encode()), ("share_ref", b"%d:%d" % ref), ("share_group", key.encode())],
+                partition=ref[0])
+        except CaptureError as exc:
+            self.log_failed(exc)
+            return False
+        self.feed_stats["shared_out"] += 1
+        return False
+
+    def _shared_in(self, h: dict) -> None:
+        """Another edge chose this one for a shared message (``share`` record)."""
+        p, o = (int(x) for x in h.get("share_ref", b"0:0").split(b":"))
+        msg = self._share_pending.pop((p, o), None)
+        key = h.get("share_group", b"").decode()
+        if msg is None:
+            self.feed_stats["shared_unserved"] += 1
+            log.warning("cluster: a shared message (partition %d offset %d, group %s) for this edge is no "
+                        "longer kept here (over %d newer ones); not delivered", p, o, key, SHARE_PENDING)
+            return
+        m = self.router.tree.match(msg.topic)
+        for group in m.shared:
+            if group.key == key:
+                s = self.router.deliver_group(msg, group, self._connected)
+                if s is not None:
+                    self.feed_stats["shared_in"] += 1
+                    self._pump_all([s])
+                    return
+        self.feed_stats["shared_unserved"] += 1  # its members left this edge meanwhile
+
+    def shared_groups_here(self) -> list[str]:
+        """The shared groups with a member this edge serves (its beats say so)."""
+        out = set()
+        router = self.router
+        for cid, s in router.sessions.items():
+            if s.home is None:
+                for sub in router.tree.subscriptions(cid):
+                    tf = sub.topic_filter
+                    if tf.startswith("$share/"):
+                        out.add(tf[7:])
+        return sorted(out)
+
     # ------------------------------------------------------------ beats, the lease
     def edge_dead(self, edge: int) -> bool:
         """No beat from ``edge`` for ``cluster.lease_s`` (since this edge started, if none yet)."""
@@ -353,8 +454,8 @@ class ClusterFeed:
         while True:
             try:
                 info = json.dumps({"connections": len(self.clients), "lag": self.feed.lag(),
-                                   "port": self.port if self.addresses else 0,
-                                   "host": self.edge.host}).encode()
+                                   "port": self.port if self.addresses else 0, "host": self.edge.host,
+                                   "shared": self.shared_groups_here()}).encode()
                 ack = self._edge_append(f"edge{me}", "", b"beat", [("edge_info", info)])
                 if ack is not None:
                     ack.future.add_done_callback(self._beat_confirmed)

@@ -20,7 +20,9 @@ receiving session into its :class:`~bridge.edge.delivery.Outbox`:
 * **Shared Subscriptions** ``$share/{group}/{filter}``: each message goes to
   one session of the group, round robin, preferring connected sessions
   (MQTT 5.0 section 4.8.2); each chosen shared subscription is a copy of
-  its own;
+  its own. On a cluster edge only the members it serves count, and the
+  cluster chooses which edge gives each message (``share_choose``,
+  ``bridge.edge.cluster``);
 * **Disconnected persistent sessions** queue QoS 1 and 2 messages; QoS 0
   messages are not queued for them (MQTT 5.0 section 3.1.2.4: "may");
 * **Authorization**: with an ACL, a session whose user may not read the
@@ -71,6 +73,12 @@ class Router:
         self.on_drop: Callable[[str], None] | None = None
         #: called with the Client Identifier after a subscription is added
         self.on_subscribe: Callable[[str], None] | None = None
+        #: a cluster edge (bridge.edge.cluster): the Shared Subscription members
+        #: it serves (Client Identifier -> bool), and whether it gives a
+        #: message of a group to one of them, (group, message) -> bool (else the
+        #: cluster chose another edge)
+        self.share_here: Callable[[str], bool] | None = None
+        self.share_choose: Callable[[object, Message], bool] | None = None
 
     # ------------------------------------------------------------ sessions
     def outbox(self, client: ClientSession) -> Outbox:
@@ -137,12 +145,14 @@ class Router:
         persistent sessions queue only QoS 1/2)."""
         return self.deliver(msg, self.tree.match(msg.topic), connected)
 
-    def deliver(self, msg: Message, m, connected: Callable[[str], bool] = lambda cid: True
-                ) -> list[ClientSession]:
+    def deliver(self, msg: Message, m, connected: Callable[[str], bool] = lambda cid: True,
+                shared: bool = True) -> list[ClientSession]:
         """:meth:`route` with the tree's ``m = tree.match(msg.topic)`` done
-        already (the server matches before it builds the message)."""
+        already (the server matches before it builds the message).
+        ``shared``: False leaves the Shared Subscriptions out (a cluster
+        edge's message from another edge: that edge chose their member)."""
         found = m.found
-        if not found and not m.shared:
+        if not found and not (m.shared and shared):
             return []
         sessions = self.sessions
         acl = self.acl() if self.acl is not None else None
@@ -166,7 +176,7 @@ class Router:
                 if push(s, msg, q if q < mqos else mqos, sub.retain_as_published and mretain,
                         () if sub.sub_id is None else (sub.sub_id,), acl, connected):
                     out.append(s)
-            if not m.shared:
+            if not (m.shared and shared):
                 return out
             seen = {s.client_id for s in out}
         else:
@@ -203,8 +213,14 @@ class Router:
                 if push(s, msg, min(qos, mqos), retain and mretain, tuple(ids), acl, connected):
                     seen.add(cid)
                     out.append(s)
-        for group in m.shared:
-            sub = group.pick(connected)
+        here = self.share_here
+        for group in (m.shared if shared else ()):
+            if here is None:
+                sub = group.pick(connected)
+            elif not self.share_choose(group, msg):
+                continue  # a cluster edge: another edge gives it to one of its members
+            else:
+                sub = group.pick_among(here, connected)
             if sub is None:
                 continue
             s = sessions.get(sub.client_id)
@@ -217,6 +233,25 @@ class Router:
                     seen.add(sub.client_id)
                     out.append(s)
         return out
+
+    def deliver_group(self, msg: Message, group, connected: Callable[[str], bool] = lambda cid: True
+                      ) -> ClientSession | None:
+        """``msg`` to one member of the shared ``group`` that this edge serves
+        (a cluster edge chosen for it, bridge.edge.cluster); the session, or
+        None when none took it."""
+        here = self.share_here
+        sub = group.pick(connected) if here is None else group.pick_among(here, connected)
+        if sub is None:
+            return None
+        s = self.sessions.get(sub.client_id)
+        if s is None:
+            return None
+        acl = self.acl() if self.acl is not None else None
+        ids = () if sub.sub_id is None else (sub.sub_id,)
+        if self._push(s, msg, min(sub.qos, msg.qos), sub.retain_as_published and msg.retain, ids, acl,
+                      connected):
+            return s
+        return None
 
     def _push(self, s: ClientSession, msg: Message, qos: int, retain: bool,
               ids: tuple[int, ...], acl, connected: Callable[[str], bool]) -> bool:

@@ -107,6 +107,38 @@ class SharedGroup:
         self._cursor = start + 1
         return order[start]
 
+    def pick_among(self, eligible: Callable[[str], bool],
+                   prefer: Callable[[str], bool] = lambda cid: True) -> Sub | None:
+        """:meth:`pick` among the members for which ``eligible(client_id)``
+        (a cluster edge: those it serves); None when none is."""
+        order = self._order
+        if order is None:
+            order = self._order = list(self.members.values())
+        n = len(order)
+        start = self._cursor % n if n else 0
+        first = None
+        for k in range(n):
+            i = start + k
+            if i >= n:
+                i -= n
+            sub = order[i]
+            if not eligible(sub.client_id):
+                continue
+            if prefer(sub.client_id):
+                self._cursor = i + 1
+                return sub
+            if first is None:
+                first = i
+        if first is None:
+            return None
+        self._cursor = first + 1
+        return order[first]
+
+    @property
+    def key(self) -> str:
+        """``{name}/{topic_filter}``: the group as every edge names it."""
+        return f"{self.name}/{self.topic_filter}"
+
     def _put(self, sub: Sub) -> Sub | None:
         old = self.members.get(sub.client_id)
         self.members[sub.client_id] = sub  # a replaced member keeps its place
