@@ -222,8 +222,7 @@ _POSITIVE = {
     "amqp.live_interval_ms",
     "amqp.live_max_records",
     "spark.shuffle_partitions",
-    "cluster.edges",
-    "cluster.lease_s",
+    "cluster.edges", "cluster.lease_s",
 }
 _PORTS = {"edge.port", "edge.tls_port", "sql.connect_port", "metrics.port"}
 _SECRET_KEY = re.compile(r"(password|secret|token)", re.I)

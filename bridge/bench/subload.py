@@ -329,12 +329,15 @@ class FanOut:
                  payload_bytes: int = 64, publish_window: int = 100, window: int = 500,
                  seconds: float | None = None, messages: int | None = None,
                  rate: float | None = None, record_latency: bool = False,
-                 warmup_s: float = 0.0, timeout: float = 30.0, stall_s: float = 2.0) -> None:
+                 warmup_s: float = 0.0, timeout: float = 30.0, stall_s: float = 2.0,
+                 sub_ports: list[int] | None = None) -> None:
         if qos not in (0, 1):
             raise ValueError("the bench publishes at QoS 0 or 1")
         if seconds is None and messages is None:
             raise ValueError("a run needs seconds or messages")
         self.host, self.port, self.label = host, port, label
+        #: subscriber i connects to sub_ports[i % len] (a cluster's edges); the publisher to ``port``
+        self.sub_ports = sub_ports
         self.n_subs, self.qos, self.payload_bytes = subscribers, qos, payload_bytes
         self.publish_window, self.window = publish_window, window
         self.seconds, self.messages, self.rate = seconds, messages, rate
@@ -440,10 +443,10 @@ class FanOut:
             self.done.set_result(None)
 
     # -- the run
-    async def _connect(self, factory, client_id: str, clean: bool = True) -> _Client:
+    async def _connect(self, factory, client_id: str, clean: bool = True, port: int | None = None) -> _Client:
         loop = asyncio.get_running_loop()
         _t, client = await asyncio.wait_for(
-            loop.create_connection(factory, self.host, self.port), self.timeout)
+            loop.create_connection(factory, self.host, port or self.port), self.timeout)
         reply = await client.request(
             encode(Connect.for_level(LEVEL, client_id=client_id, keepalive=60,
                                      clean_start=clean), LEVEL), self.timeout)
@@ -452,7 +455,9 @@ class FanOut:
         return client
 
     async def _subscriber(self, i: int) -> _Subscriber:
-        sub = await self._connect(lambda: _Subscriber(self, i), f"bsub-{self.label}-{i}")
+        ports = self.sub_ports
+        sub = await self._connect(lambda: _Subscriber(self, i), f"bsub-{self.label}-{i}",
+                                  port=ports[i % len(ports)] if ports else None)
         reply = await sub.request(encode(Subscribe(packet_id=1, subscriptions=[
             Subscription(self.filter, qos=self.qos)]), LEVEL), self.timeout)
         if not isinstance(reply, Suback) or len(reply.reason_codes) != 1:

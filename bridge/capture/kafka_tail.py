@@ -156,3 +156,53 @@ class KafkaTail:
                 except Exception:  # noqa: BLE001 - closing at shutdown
                     pass
         self._consumer = self._meta = None
+
+
+def beat_partition(edge: int, edges: int, partitions: int) -> int:
+    """The partition a cluster edge's beats go to (its partition key ``edge<k>``)."""
+    from bridge.capture.record import partition_for
+
+    own = [p for p in range(partitions) if p % edges == edge]
+    return own[partition_for(f"edge{edge}", len(own))]
+
+
+def last_beats(config, chunk: int = 1000, max_chunks: int = 20) -> dict[int, dict]:
+    """The newest ``beat`` record of each cluster edge (``cluster.edges``),
+    read backwards from the end of its beat partition a ``chunk`` at a time
+    (at most ``max_chunks``): edge id -> {"seen": its wall time, "info":
+    what it said, "partition", "offset"}. For ``lakegate status`` on any
+    machine that reaches Kafka."""
+    import json
+
+    from bridge.capture.kafka_reader import KafkaLogReader
+
+    edges = config.cluster.edges
+    out: dict[int, dict] = {}
+    reader = KafkaLogReader(config)
+    try:
+        lows = reader.earliest_offsets()
+        ends = reader.durable_offsets()
+        for edge in range(edges):
+            p = beat_partition(edge, edges, reader.partitions)
+            hi = ends[p]
+            for _ in range(max_chunks):
+                if hi <= lows[p]:
+                    break
+                lo = max(lows[p], hi - chunk)
+                found = None
+                for r in reader.records(p, lo, hi):
+                    if not r.value and dict(r.stored_headers).get("edge") == b"beat":
+                        found = r
+                hi = lo
+                if found is not None:
+                    h = dict(found.stored_headers)
+                    try:
+                        info = json.loads(h.get("edge_info", b"{}"))
+                    except ValueError:
+                        info = {}
+                    out[edge] = {"seen": found.timestamp_us / 1e6, "info": info, "partition": p,
+                                 "offset": found.offset}
+                    break
+    finally:
+        reader.close()
+    return out

@@ -45,6 +45,9 @@ BENCHES: dict[str, tuple[str, str]] = {
                                         "ratio; RSS, liveness and findings per scenario"),
     "tables": ("bridge.bench.tables", "the job's table step (messages, quarantine, the retained MERGE) through "
                                       "delta-rs vs delta-spark, side by side: wall, CPU, files written, ratio"),
+    "cluster": ("bridge.bench.cluster", "1, 2 and 3 edges of a cluster on one Kafka vs one Mosquitto: publish "
+                                        "msg/s at QoS 0/1, fan-out delivered/s with subscribers spread over the "
+                                        "edges, cross-edge publish -> subscriber p50/p99, CPU per process"),
     "e2e": ("bridge.bench.e2e", "end to end: publish-to-AMQP latency, sustained rate and losses on SIGKILL, "
                                 "lakegate run vs Mosquitto + paho/proton glue; PUBACK latency per ack mode"),
 }

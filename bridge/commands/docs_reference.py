@@ -305,10 +305,13 @@ LABELS: dict[str, str] = {
     "rule": "a rule id, e.g. `MQTT-3.3.1-4` ([rules](rules.md))",
     "table": "`messages`, `retained`, `quarantine`",
     "partition": "a capture log partition",
+    "edge": "a cluster edge's id (`cluster.edge_id`)",
+    "direction": "`in` (moved to this edge), `out` (moved away)",
 }
 
 #: Sections of the metrics table, by name prefix.
-GROUPS = (("lakegate_edge_", "Edge"), ("lakegate_capture_", "Capture log"),
+GROUPS = (("lakegate_edge_", "Edge"), ("lakegate_cluster_", "Cluster (cluster.edges > 1)"),
+          ("lakegate_capture_", "Capture log"),
           ("lakegate_live_forward_", "Live forwarder"), ("lakegate_job_", "Streaming job"))
 
 
@@ -326,7 +329,10 @@ def _fake_sources(tmp: Path) -> dict[str, Callable[[], Any]]:
         conns=[conn], stats={"connections": 1, "refused": 0},
         closed_totals={"packets_in": [0] * n, "packets_out": [0] * n, "bytes_in": 0, "bytes_out": 0},
         ack_latency={PacketType.PUBACK: Buckets(ACK_BUCKETS_S), PacketType.PUBREC: Buckets(ACK_BUCKETS_S)},
-        rejected={"MQTT-3.3.1-4": 1})
+        rejected={"MQTT-3.3.1-4": 1},
+        cluster_status=lambda: {"members": {0: {"alive": True, "connections": 1, "lag": 0}},
+                                "sessions_elsewhere": 0, "moves_in": 0, "moves_out": 0, "records": 0,
+                                "dead_edges": 0})
     log = SimpleNamespace(stats={"appends": 1, "commits": 1, "fsyncs": 1, "bytes": 1}, failed=None,
                           fsync_latency=Buckets(FSYNC_BUCKETS_S))
     links = {"open": 2, "peak": 2, "attaches": 2, "detaches": 0, "evictions": 0, "waiting": 0, "lanes": 1,

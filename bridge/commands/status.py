@@ -8,7 +8,9 @@ forwarders are retrying (``bridge.amqp.trouble``) or the live forwarder
 (``bridge.amqp.live``) is -- is shown first, with
 its cause and since when (``bridge.job.progress.current_failure``).
 With live forwarding, one more line: what it forwarded and how many
-durable records it has not passed yet. Exit code 0 when a job has committed at least one batch, 1 otherwise.
+durable records it has not passed yet. In a cluster (``cluster.edges`` >
+1), a line per edge from its last beat in the shared topic: alive or dead,
+its connections, how far behind the other edges' partitions it is. Exit code 0 when a job has committed at least one batch, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         log_end = {str(p): n for p, n in enumerate(LogReader(config.capture_dir).durable_offsets())}
     now_lag = lag(end, log_end) if log_end else None
     live = _live(config, log_end)
+    cluster = _cluster(config)
     out = {
         "checkpoint": str(checkpoint_path(config)),
         "committed_batch": batch,
@@ -56,6 +59,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         "last_batch": {k: v for k, v in last.items() if k != "failure"} if last and "batch_id" in last else None,
         "failure": failure,
         "live_forwarding": live,
+        "cluster": cluster,
     }
     if args.format == "json":
         print(json.dumps(out))
@@ -71,6 +75,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
         if live is not None:
             print(f"forwarding live: {live['forwarded']} forwarded, {live['expired']} expired, "
                   f"{live['unforwardable']} quarantined since start; {live['behind']} records not forwarded yet")
+        if cluster is not None:
+            for e, m in sorted(cluster["members"].items()):
+                if m is None:
+                    print(f"cluster edge {e}: no beat found")
+                    continue
+                info = m["info"]
+                print(f"cluster edge {e}: {'alive' if m['alive'] else 'DEAD'} (last beat {m['beat_age_s']:.1f} s ago), "
+                      f"{info.get('connections', '?')} connections, {info.get('lag', '?')} records behind the "
+                      f"others, at {info.get('host', '?')}:{info.get('port', '?')}")
         if now_lag is None:
             print("lag now: unknown (no capture log)")
         else:
@@ -90,3 +103,28 @@ def _live(config: Config, log_end: dict[str, int]) -> dict | None:
     behind = ForwardedOffsets(config.data_path, config.capture_stream).behind(log_end)
     return {**{k: st.get(k, 0) for k in ("forwarded", "expired", "unforwardable", "records", "cycles")},
             "behind": behind, "time": st.get("time")}
+
+
+def _cluster(config: Config) -> dict | None:
+    """A cluster's members as their last beats in the shared topic say
+    (``cluster.edges`` > 1), else None."""
+    if config.cluster.edges <= 1 or config.capture.backend != "kafka":
+        return None
+    import time
+
+    from bridge.capture.errors import CaptureError
+    from bridge.capture.kafka_tail import last_beats
+
+    try:
+        beats = last_beats(config)
+    except CaptureError as exc:
+        print(f"lakegate status: cluster members not read: {exc}", file=sys.stderr)
+        return None
+    now = time.time()
+    members = {}
+    for e in range(config.cluster.edges):
+        b = beats.get(e)
+        members[e] = None if b is None else {
+            "alive": now - b["seen"] <= config.cluster.lease_s, "beat_age_s": round(now - b["seen"], 3),
+            "info": b["info"]}
+    return {"edges": config.cluster.edges, "lease_s": config.cluster.lease_s, "members": members}

@@ -92,6 +92,36 @@ def _edge_traffic(server: Any) -> Iterable[Any]:
     yield rej
 
 
+def _cluster(st: dict) -> Iterable[Any]:
+    """A cluster edge's view of the cluster (``EdgeServer.cluster_status``)."""
+    alive = GaugeMetricFamily("lakegate_cluster_edge_alive", "1 while the edge beats (its lease holds), by edge id",
+                              labels=["edge"])
+    conns = GaugeMetricFamily("lakegate_cluster_edge_connections", "MQTT connections of each edge (its last beat)",
+                              labels=["edge"])
+    lag = GaugeMetricFamily("lakegate_cluster_edge_lag_records", "records of the other edges' partitions each edge "
+                            "has not applied yet (its last beat)", labels=["edge"])
+    for e, m in sorted(st["members"].items()):
+        alive.add_metric([str(e)], 1 if m["alive"] else 0)
+        if "connections" in m:
+            conns.add_metric([str(e)], m["connections"])
+        if "lag" in m:
+            lag.add_metric([str(e)], m["lag"])
+    yield alive
+    yield conns
+    yield lag
+    yield GaugeMetricFamily("lakegate_cluster_sessions_elsewhere", "persistent sessions kept here that are "
+                            "connected through another edge", value=st["sessions_elsewhere"])
+    moves = CounterMetricFamily("lakegate_cluster_session_moves_total", "sessions moved between this edge and "
+                                "another, by direction", labels=["direction"])
+    moves.add_metric(["in"], st["moves_in"])
+    moves.add_metric(["out"], st["moves_out"])
+    yield moves
+    yield CounterMetricFamily("lakegate_cluster_records_applied_total", "records of the other edges applied here",
+                              value=st["records"])
+    yield CounterMetricFamily("lakegate_cluster_dead_edges_total", "edges this edge declared dead",
+                              value=st["dead_edges"])
+
+
 def _live_forwarding(st: Any) -> Iterable[Any]:
     """The live forwarder's counters (``bridge.amqp.live.LiveStats``)."""
     for name, doc, value in (
@@ -160,6 +190,9 @@ class LakegateCollector:
                                       "connections refused (limits, authentication back-pressure)",
                                       value=server.stats.get("refused", 0))
             yield from _edge_traffic(server)
+            cluster = server.cluster_status() if hasattr(server, "cluster_status") else None
+            if cluster is not None:
+                yield from _cluster(cluster)
         log = self.capture()
         if log is not None:
             st = dict(log.stats)
