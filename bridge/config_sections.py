@@ -395,8 +395,9 @@ class ClusterConfig:
     #: sessions move, its Wills are published); an edge beats every tenth of it, and
     #: closes its connections when no beat was confirmed for half of it. Half of it must
     #: exceed the Kafka cluster's fail-over (a broker's broker.session.timeout.ms, 9 s by
-    #: default, plus an election), or a broker's death closes every edge's connections.
-    lease_s: float = 30.0
+    #: default, plus elections: 12 s and more measured on 2 busy cores), or a broker's
+    #: death closes every edge's connections.
+    lease_s: float = 60.0
 
     def problem(self, capture: CaptureConfig) -> tuple[str, str] | None:
         """(key, what is wrong) when the cluster's keys do not fit together

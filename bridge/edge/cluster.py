@@ -143,6 +143,8 @@ class ClusterFeed:
         self._started_wall = time.time()
         self._dead: set[int] = set()
         self._beat_ok = time.monotonic()  # the last beat Kafka confirmed
+        self._beat_version = -1  # the subscription tree's version the last beat described
+        self._beat_clients = -1  # ...and the number of connected clients
         self.fenced = False
         self._fence_next: list = []   # callbacks: requests waiting for the next watermark read
         self._fence_wait: list = []   # (watermarks, callbacks): read, not yet applied here
@@ -221,7 +223,10 @@ class ClusterFeed:
             elif ptype == 1:
                 self._feed_connect(r)
                 app.apply(r)
-            else:
+            elif r.key.decode("utf-8", "replace") in app.live:
+                # acknowledgements, SUBSCRIBE, PUBREL, DISCONNECT: only those of a persistent
+                # session connected through another edge change what this edge keeps (most
+                # are a clean session's subscriber acknowledging: skipped without parsing)
                 app.apply(r)
         self.feed_stats["records"] += len(records)
         if top >= 0:
@@ -386,10 +391,16 @@ class ClusterFeed:
         key = group.key
         me = self.config.cluster.edge_id
         here = self._share_here
-        edges = sorted(e for e, m in self.members.items()
-                       if e != me and not self.edge_dead(e) and key in m["info"].get("shared", ()))
-        if any(here(cid) for cid in group.members):
-            edges = sorted([*edges, me])
+        alive = [(e, m["info"]) for e, m in self.members.items() if e != me and not self.edge_dead(e)]
+        # edges with a connected member first (MQTT 5.0 4.8.2: prefer those), else with any
+        edges = [e for e, info in alive if key in info.get("shared", ())]
+        if any(here(cid) and cid in self.clients for cid in group.members):
+            edges.append(me)
+        if not edges:
+            edges = [e for e, info in alive if key in info.get("shared_offline", ())]
+            if any(here(cid) for cid in group.members):
+                edges.append(me)
+        edges.sort()
         if not edges:
             self.feed_stats["shared_unserved"] += 1
             return False
@@ -427,17 +438,20 @@ class ClusterFeed:
                     return
         self.feed_stats["shared_unserved"] += 1  # its members left this edge meanwhile
 
-    def shared_groups_here(self) -> list[str]:
-        """The shared groups with a member this edge serves (its beats say so)."""
-        out = set()
+    def shared_groups_here(self) -> tuple[list[str], list[str]]:
+        """The shared groups with a member this edge serves: (those with a
+        connected member, those with only disconnected ones); its beats
+        say so."""
+        live, offline = set(), set()
         router = self.router
+        clients = self.clients
         for cid, s in router.sessions.items():
             if s.home is None:
                 for sub in router.tree.subscriptions(cid):
                     tf = sub.topic_filter
                     if tf.startswith("$share/"):
-                        out.add(tf[7:])
-        return sorted(out)
+                        (live if cid in clients else offline).add(tf[7:])
+        return sorted(live), sorted(offline - live)
 
     # ------------------------------------------------------------ beats, the lease
     def edge_dead(self, edge: int) -> bool:
@@ -453,9 +467,12 @@ class ClusterFeed:
         last_said = None
         while True:
             try:
+                shared, shared_offline = self.shared_groups_here()
+                self._beat_version = self.router.tree.version
+                self._beat_clients = len(self.clients)
                 info = json.dumps({"connections": len(self.clients), "lag": self.feed.lag(),
                                    "port": self.port if self.addresses else 0, "host": self.edge.host,
-                                   "shared": self.shared_groups_here()}).encode()
+                                   "shared": shared, "shared_offline": shared_offline}).encode()
                 ack = self._edge_append(f"edge{me}", "", b"beat", [("edge_info", info)])
                 if ack is not None:
                     ack.future.add_done_callback(self._beat_confirmed)
@@ -483,7 +500,13 @@ class ClusterFeed:
                 if said != last_said:
                     log.error("cluster beat failed (retried): %s", said)
                 last_said = said
-            await asyncio.sleep(every)
+            # the next beat after ``every``, or sooner when the subscriptions changed (a new
+            # shared member is known to the other edges within a tenth of a second)
+            until = time.monotonic() + every
+            while time.monotonic() < until:
+                await asyncio.sleep(min(0.1, every))
+                if self.router.tree.version != self._beat_version or len(self.clients) != self._beat_clients:
+                    break
 
     def _beat_confirmed(self, fut) -> None:
         if fut.exception() is None:

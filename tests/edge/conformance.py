@@ -31,7 +31,10 @@ vector published (vectors publish to ``p`` and ``topic`` all the time):
 2. vectors that subscribe but publish nothing (no PUBLISH sent, no
    ``publish`` step), concurrently;
 3. vectors that subscribe and publish (FLOW.json, PUBLISH.json ``maximum
-   packet size``), one at a time;
+   packet size``), and those that publish a retained message (PUBLISH.json
+   ``retain 1``, then ``retain 1 zero length``, which clears it: run
+   concurrently, which one wins is a race, and on a cluster the two are on
+   different edges), one at a time;
 4. REGRESSION.json and ZZ-broker-check.json, one at a time in file order:
    their tests build on the state the previous ones left, and the last one
    checks that the server is still up after everything else.
@@ -210,7 +213,7 @@ async def _expect_close(reader: asyncio.StreamReader, v: Vector, level: int) -> 
     return "sent " + " ".join(p.hex() for p in extra) + " before closing"
 
 
-async def _run_one(host: str, port: int, v: Vector) -> Outcome:
+async def _run_one(host: str, port: int, v: Vector, helper_port: int | None = None) -> Outcome:
     level = v.ver
     try:
         reader, writer = await asyncio.open_connection(host, port)
@@ -224,7 +227,7 @@ async def _run_one(host: str, port: int, v: Vector) -> Outcome:
                 return Outcome(v, False, f"default CONNECT refused: {connack.hex()}")
         for i, (kind, payload) in enumerate(v.msgs):
             if kind == "publish":
-                problem = await _helper_publish(host, port, v, payload)
+                problem = await _helper_publish(host, helper_port or port, v, payload)
                 if problem:
                     return Outcome(v, False, f"step {i}: helper publish: {problem}")
                 continue
@@ -346,6 +349,8 @@ def _batch(v: Vector) -> int:
     if v.file in SEQUENTIAL_FILES:
         return 4
     sends = [p for kind, p in v.msgs if kind == "send"]
+    if any(p[:1] and p[0] >> 4 == 3 and p[0] & 1 for p in sends):
+        return 3  # a retained publish: in file order, so the one that clears the topic comes last
     if not any(p[:1] == b"\x82" for p in sends):
         return 1
     publishes = any(kind == "publish" for kind, _ in v.msgs) or any(
@@ -353,16 +358,20 @@ def _batch(v: Vector) -> int:
     return 3 if publishes else 2
 
 
-async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: int = 64
-                      ) -> list[Outcome]:
-    """Replay ``vectors`` against the server at host:port."""
+async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: int = 64,
+                      ports: list[int] | None = None) -> list[Outcome]:
+    """Replay ``vectors`` against the server at host:port; ``ports``: two
+    edges of a cluster, the connections alternating between them (vector i
+    on ``ports[i % 2]``, its helper publisher on the other)."""
     gate = asyncio.Semaphore(concurrency)
     ids: dict[str, asyncio.Lock] = {}
+    where = {id(v): (ports[i % 2], ports[(i + 1) % 2]) if ports else (port, None)
+             for i, v in enumerate(vectors)}
 
     async def one(v: Vector) -> Outcome:
         lock = ids.setdefault(_client_id(v), asyncio.Lock())
         async with lock, gate:
-            return await _run_one(host, port, v)
+            return await _run_one(host, where[id(v)][0], v, where[id(v)][1])
 
     done: dict[int, Outcome] = {}
     for batch in (1, 2, 3, 4):
@@ -374,6 +383,6 @@ async def run_vectors(host: str, port: int, vectors: list[Vector], concurrency: 
         if batch in (1, 2):
             results = await asyncio.gather(*(one(v) for _, v in todo))
         else:
-            results = [await _run_one(host, port, v) for _, v in todo]
+            results = [await _run_one(host, where[id(v)][0], v, where[id(v)][1]) for _, v in todo]
         done.update((i, o) for (i, _), o in zip(todo, results))
     return [done[i] for i in range(len(vectors))]

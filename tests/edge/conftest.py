@@ -87,6 +87,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "local_capture(reason): in a module with CAPTURE_BACKENDS, runs on the local "
         "capture log only (it checks what only local files have)")
+    config.addinivalue_line(
+        "markers", "no_cluster(reason): in a module whose CAPTURE_BACKENDS has \"cluster\", not "
+        "run on the two-edge cluster (it restarts or inspects one edge)")
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +112,11 @@ def pytest_generate_tests(metafunc):
             if not (marker.args or marker.kwargs.get("reason")):
                 raise pytest.UsageError(f"{metafunc.definition.nodeid}: local_capture needs its reason")
             backends = ("local",)
+        marker = metafunc.definition.get_closest_marker("no_cluster")
+        if marker is not None:
+            if not (marker.args or marker.kwargs.get("reason")):
+                raise pytest.UsageError(f"{metafunc.definition.nodeid}: no_cluster needs its reason")
+            backends = tuple(b for b in backends if b != "cluster")
         metafunc.parametrize("capture_backend", backends, indirect=True)
 
 
@@ -123,8 +131,31 @@ def capture_backend(request):
         return
     bootstrap = request.getfixturevalue("kafka")
     topic = request.getfixturevalue("kafka_topic")("lg-edge")  # deleted after the test
+    extra = ["capture.partitions=4", "cluster.edges=2"] if backend == "cluster" else []
     yield ["capture.backend=kafka", f"kafka.bootstrap_servers={bootstrap}", f"kafka.topic={topic}",
-           "kafka.create_topic=true"]
+           "kafka.create_topic=true", *extra]
+
+
+class AlternatingEdge:
+    """Two edges of a cluster as one (``capture_backend`` "cluster"): each
+    read of ``port`` gives the other edge's, so a test's connections
+    alternate between them; the rest is the first edge's."""
+
+    def __init__(self, first: EdgeThread, second: EdgeThread) -> None:
+        self.edges = (first, second)
+        self._turn = 0
+
+    @property
+    def port(self) -> int:
+        self._turn += 1
+        return self.edges[self._turn % 2].port
+
+    def stop(self) -> None:
+        for e in self.edges:
+            e.stop()
+
+    def __getattr__(self, name):
+        return getattr(self.edges[0], name)
 
 
 #: readers made by reader_of(log) for each open any_log: closed after the test
@@ -197,7 +228,12 @@ def run_edge(edge_config):
     started: list[EdgeThread] = []
 
     def start(*overrides: str, config=None) -> EdgeThread:
-        edge = EdgeThread(config or edge_config(*overrides)).start()
+        cfg = config or edge_config(*overrides)
+        if cfg.cluster.edges > 1 and config is None:  # capture_backend "cluster": two edges, one face
+            other = edge_config(*overrides, "cluster.edge_id=1", data_dir=cfg.data_path / "edge1")
+            edge = AlternatingEdge(EdgeThread(cfg).start(), EdgeThread(other).start())
+        else:
+            edge = EdgeThread(cfg).start()
         started.append(edge)
         return edge
 

@@ -99,3 +99,44 @@ def test_the_document_states_the_counts(outcomes, listed):
     assert f"**{len(ALL)} vectors**" in text
     assert f"**Result: {passed} pass; {len(ALL) - passed} differ" in text
     assert f"({len(listed)} in the\ntable below, {codec} in the codec's deviation table)" in text
+
+
+@pytest.fixture(scope="module")
+def cluster_outcomes(tmp_path_factory, request):
+    """The vectors against two edges of a cluster on the Kafka of
+    scripts/services, each connection on the other edge than the one
+    before, each helper publisher on the other edge than its vector's
+    client (so every delivery crosses edges)."""
+    import uuid
+
+    from tests.conftest import delete_kafka_topics
+    from tests.edge.cluster.conftest import cluster_config
+
+    kafka = request.getfixturevalue("kafka")
+    topic = f"lg-conformance-{uuid.uuid4().hex[:10]}"
+    data = tmp_path_factory.mktemp("conformance-cluster")
+    extra = ("edge.receive_maximum=20", "edge.topic_alias_maximum=10", "edge.max_packet_bytes=268435460")
+    # a topic whose record limit is above MQTT's largest packet: the edges advertise no smaller
+    # Maximum Packet Size than the one edge does (the capture log on Kafka's own limit, not the cluster's)
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(topic, 4, 1, config={"max.message.bytes": "300000000"})])[topic].result(30)
+    try:
+        with EdgeThread(cluster_config(kafka, topic, data / "e0", 0, 2, *extra)) as e0, \
+                EdgeThread(cluster_config(kafka, topic, data / "e1", 1, 2, *extra)) as e1:
+            return asyncio.run(run_vectors("127.0.0.1", e0.port, ALL, ports=[e0.port, e1.port]))
+    finally:
+        delete_kafka_topics(kafka, [topic])
+
+
+@pytest.mark.broker
+def test_the_vectors_answer_alike_when_connections_alternate_between_two_edges(outcomes, cluster_outcomes):
+    """Issue 43: every vector gets the same answer from a cluster of two
+    edges, its client and its helper publisher on different edges, as from
+    one edge."""
+    differ = [f"{o.vector.file}:{o.vector.group}:{o.vector.name.strip()}: one edge "
+              f"{'passes' if o.passed else 'sends ' + (o.got.hex() if o.got else '-')}, the cluster: {c.detail}"
+              for o, c in zip(outcomes, cluster_outcomes)
+              if o.passed != c.passed or (not o.passed and o.got != c.got)]
+    assert not differ, "\n".join(differ[:20])

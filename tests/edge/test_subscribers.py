@@ -65,8 +65,9 @@ from bridge.mqtt.rules import RULES
 from tests.edge.conftest import RawClient, wait_for, wait_records
 from tests.edge.util import headers_of, read_log
 
-#: every test that starts an edge runs on both capture logs (tests/edge/conftest.py)
-CAPTURE_BACKENDS = ("local", "kafka")
+#: every test that starts an edge runs on both capture logs, and on two edges of a cluster whose
+#: connections alternate between them (tests/edge/conftest.py)
+CAPTURE_BACKENDS = ("local", "kafka", "cluster")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROTOCOLS = {3: mqtt.MQTTv31, 4: mqtt.MQTTv311, 5: mqtt.MQTTv5}
@@ -248,6 +249,7 @@ def test_shared_subscription_each_message_to_exactly_one_member(clients):
     b = clients(5, "share-b")
     for c in (a, b):
         assert c.subscribe(("$share/g/sh/+", SubscribeOptions(qos=1)), ("sh-end", 1)) == [1, 1]
+    time.sleep(0.5)  # (a cluster's edges learn of each other's members from their beats, within 0.1 s)
     pub = clients(4, "share-pub")
     n = 40
     pub.publish_all([(f"sh/{i % 3}", str(i).encode(), 1) for i in range(n)]
@@ -422,6 +424,7 @@ def test_shared_subscription_prefers_the_connected_member(clients):
     for c in (away, here):
         assert c.subscribe(("$share/k/s3/#", 1)) == [1]
     away.close()  # persistent: still a member, disconnected
+    time.sleep(0.5)  # (a cluster's edges learn that from each other's beats, within 0.1 s)
     pub = clients(5, "sh3-pub")
     pub.publish_all([("s3/x", str(i).encode(), 1) for i in range(10)])
     assert _payloads(here.wait_count(10)) == [str(i).encode() for i in range(10)]
@@ -623,6 +626,8 @@ def _session_connect(c: RawClient, level: int, cid: str) -> bytes:
 
 
 @pytest.mark.parametrize("level", [4, 5])
+@pytest.mark.no_cluster("it waits for one edge to see the subscriber gone; tests/edge/cluster/test_sessions.py "
+                        "resends in-flight deliveries on another edge")
 def test_mqtt_4_4_0_1_unacknowledged_resent_with_dup_and_same_ids_on_reconnect(
         edge, raw, clients, level):
     """Without an edge restart: the session (and its outbox) stays in memory."""
@@ -1169,6 +1174,7 @@ def _small_window_client(port: int) -> RawClient:
     return c
 
 
+@pytest.mark.no_cluster("it inspects one edge's outbox of the stuck subscriber")
 def test_subscriber_that_never_reads_leaves_the_edge_serving_others(run_edge, monkeypatch,
                                                                      caplog):
     """A QoS 0 subscriber that stops reading: the edge's transport buffer

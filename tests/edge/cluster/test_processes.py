@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[3]
 #: the lease of the one-node Kafka tests (no broker fails there)
 LEASE_S = 3.0
 #: the lease of the three-node test: half of it must exceed Kafka's fail-over after a
-#: broker's SIGKILL (broker.session.timeout.ms 9 s plus an election), or every edge would
-#: close its connections while the partitions' leaders move
-LEASE_3_S = 24.0
+#: broker's SIGKILL (broker.session.timeout.ms 9 s plus elections; 12 s and more seen here
+#: under load), or every edge closes its connections while the partitions' leaders move
+LEASE_3_S = 40.0
 
 
 class Edge:
@@ -220,7 +220,7 @@ class Qos2Receiver:
                 except OSError:  # the edge died under a send
                     pkt = b""
                 if not pkt:  # the edge died or closed the connection: the next edge
-                    deadline = time.monotonic() + 90
+                    deadline = time.monotonic() + 120
                     while not self.stop.is_set():
                         i += 1
                         try:
@@ -264,7 +264,7 @@ def test_sigkill_of_an_edge_and_a_broker_under_load_loses_nothing_and_qos2_stays
     pub = RawClient(e0.port, timeout=60)
     pub.connect(5, client_id="loader")
     acked: list[bytes] = []
-    n = 900
+    n = 600
     t0 = time.monotonic()
     killed_edge = killed_broker = False
     try:
@@ -287,7 +287,7 @@ def test_sigkill_of_an_edge_and_a_broker_under_load_loses_nothing_and_qos2_stays
     finally:
         if killed_broker:
             kafka_node("start", 2, kargs)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     while len(set(rx.delivered)) < len(acked) and time.monotonic() < deadline and rx.error is None:
         time.sleep(0.2)
     time.sleep(1.0)  # anything more would be a duplicate
