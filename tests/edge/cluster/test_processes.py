@@ -300,3 +300,84 @@ def test_sigkill_of_an_edge_and_a_broker_under_load_loses_nothing_and_qos2_stays
     dup = len(rx.delivered) - len(set(rx.delivered))
     assert dup == 0, f"{dup} QoS 2 messages delivered twice to the application"
     assert rx.moves >= 1
+
+
+def _haproxy_config(tmp: Path, port: int, edges: list[Edge]) -> Path:
+    """conf/cluster/haproxy.cfg with this test's addresses: its own front port, the edges'."""
+    text = (ROOT / "conf" / "cluster" / "haproxy.cfg").read_text()
+    text = re.sub(r"bind :\d+", f"bind 127.0.0.1:{port}", text)
+    servers = "\n".join(f"    server edge{i} 127.0.0.1:{e.port}" for i, e in enumerate(edges))
+    text = re.sub(r"(    server edge\d+ \S+\n?)+", servers + "\n", text)
+    text = text.replace("global\n", f"global\n    pidfile {tmp / 'haproxy.pid'}\n")
+    text = re.sub(r"maxconn \d+", "maxconn 4000", text)  # (100,000 needs 200,000 descriptors; a test has 20,000)
+    path = tmp / "haproxy.cfg"
+    path.write_text(text)
+    return path
+
+
+def _status(edges: list[Edge]) -> dict:
+    """``lakegate status --format json`` with the first edge's settings."""
+    import json
+
+    sets = [a for i, a in enumerate(edges[0].args) if i and edges[0].args[i - 1] == "--set"]
+    args = [sys.executable, "-m", "bridge", "status", "--format", "json"]
+    for kv in sets:
+        args += ["--set", kv]
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+def test_behind_haproxy_a_client_whose_edge_dies_resumes_through_the_same_address(kafka, kafka_topic, edges,
+                                                                                  tmp_path):
+    """The README's deployment: HAProxy (conf/cluster/haproxy.cfg) in front of
+    two edges. mosquitto_sub keeps one address; its edge is SIGKILLed; it
+    reconnects through HAProxy to the other edge, its session moves there,
+    and it gets what was published meanwhile. ``lakegate status`` shows the
+    members, and the dead one."""
+    import shutil
+
+    from tests.conftest import free_port
+
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy is not installed (scripts/services up installs it)")
+    a, b = edges(kafka, kafka_topic("lg-cl-ha"), 2)
+    front = free_port()
+    ha = subprocess.Popen(["haproxy", "-db", "-f", str(_haproxy_config(tmp_path, front, [a, b]))],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sub = None
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket_ok = RawClient(front, timeout=2)
+                socket_ok.close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        sub = _mosquitto("mosquitto_sub", front, "-t", "ha/#", "-q", "1", "-c", "-i", "ha-reader",
+                         "-V", "mqttv311")
+        time.sleep(1.5)
+        subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(front), "-t", "ha/1", "-q", "1", "-m",
+                        "first", "-V", "mqttv311"], check=True, timeout=30)
+        assert _lines(sub, 1, 15) == ["first"]
+        time.sleep(1.0)  # beats with the connection counts
+        members = _status([a, b])["cluster"]["members"]
+        assert {k: m["alive"] for k, m in members.items()} == {"0": True, "1": True}
+        holder = a if members["0"]["info"]["connections"] == 1 else b
+        holder.kill()
+        for i in range(3):
+            subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(front), "-t", f"ha/{i}", "-q", "1",
+                            "-m", f"later{i}", "-V", "mqttv311"], check=True, timeout=30)
+        got: list[str] = []  # mosquitto_sub reconnects by itself, through HAProxy
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not {f"later{i}" for i in range(3)} <= set(got):
+            got += _lines(sub, 1, 1)
+        assert [x for x in got if x != "first"] == [f"later{i}" for i in range(3)], got
+        members = _status([a, b])["cluster"]["members"]
+        dead = "0" if holder is a else "1"
+        assert members[dead]["alive"] is False and members[str(1 - int(dead))]["alive"] is True
+    finally:
+        if sub is not None:
+            sub.kill()
+        ha.terminate()
+        ha.wait(10)
