@@ -221,8 +221,8 @@ class ClusterFeed:
                 if origin == b"will" or (v[0] >> 1) & 3 == 2:
                     app.apply(r, route=False)  # a captured Will ends it; QoS 2: the inbound state
             elif ptype == 1:
-                self._feed_connect(r)
-                app.apply(r)
+                if self._feed_connect(r):
+                    app.apply(r)
             elif r.key.decode("utf-8", "replace") in app.live:
                 # acknowledgements, SUBSCRIBE, PUBREL, DISCONNECT: only those of a persistent
                 # session connected through another edge change what this edge keeps (most
@@ -238,15 +238,19 @@ class ClusterFeed:
         if self._fence_wait:
             self._fence_check()
 
-    def _feed_connect(self, r) -> None:
+    def _feed_connect(self, r) -> bool:
         """Another edge accepted a CONNECT: a connection here with that
         Client Identifier is taken over [MQTT-3.1.4-3]; a delayed Will of
-        it pending here ends."""
+        it pending here ends. False: the CONNECT changes nothing here (a
+        refused one, or one older than this edge's connection of the
+        client, which is the one that stays)."""
         h = record_headers(r)
         if "reject" in h:
-            return
+            return False
         cid = r.key.decode("utf-8", "replace")
         conn = self.clients.get(cid)
+        if conn is not None and conn.session is not None and r.seq < conn.connect_seq:
+            return False
         if conn is not None and conn.session is not None and r.seq > conn.connect_seq:
             self.feed_stats["takeovers"] += 1
             log.info("%s client=%s: taken over by a connection to edge %d", conn.conn_id, cid,
@@ -263,6 +267,7 @@ class ClusterFeed:
                 p = None
             if isinstance(p, Connect) and p.clean_start:  # the old session ends now, and with it the delay
                 self._capture_will(pending[1])
+        return True
 
     def _edge_record(self, r) -> None:
         """Another edge's own record (header ``edge``)."""

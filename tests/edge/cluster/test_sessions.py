@@ -196,3 +196,30 @@ def test_a_client_that_flips_between_edges_loses_nothing(make_cluster):
         c.send(bytes((0xE0, 0)))
         c.close()
     assert seen == {b"%d" % i for i in range(n)}
+
+
+def test_an_older_connect_seen_late_neither_takes_over_nor_moves_the_newer_session(make_cluster):
+    """Edge 1 reads edge 0's records 0.5 s late. A client connects on edge 0,
+    then at once on edge 1 (Clean Start 1, before edge 1 read the first
+    CONNECT): the later CONNECT wins on both edges -- edge 0 closes its
+    connection, edge 1 keeps its own when the older CONNECT reaches it (its
+    session stays this edge's, not marked as connected elsewhere)."""
+    e0, e1 = make_cluster(2)
+    feed = e1.server.feed
+    slow = feed.on_records
+
+    def late(records):
+        time.sleep(0.5)
+        slow(records)
+
+    feed.on_records = late
+    old, _ = _connect(e0.port, 5, "twice")
+    new, present = _connect(e1.port, 5, "twice", clean=True)
+    assert not present
+    assert receive(old, 5) is not None  # DISCONNECT 0x8E (or the close)
+    time.sleep(1.5)  # edge 1 has read the older CONNECT by now
+    assert subscribe(new, 5, ("tw/#", 1)) == [1]
+    _pub(e0.port, 5, "tw/x", [b"still here"], cid="twp")
+    (p,) = _publishes(new, 5, 1)
+    assert p.payload == b"still here"
+    assert e1.call(lambda: e1.server.store.sessions["twice"].home) is None
