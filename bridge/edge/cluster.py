@@ -255,18 +255,13 @@ class ClusterFeed:
             self.feed_stats["takeovers"] += 1
             log.info("%s client=%s: taken over by a connection to edge %d", conn.conn_id, cid,
                      r.partition % self.config.cluster.edges)
-            self._end_client(conn)
-            if conn.transport is not None:
-                self.perform(conn, conn.session.take_over())
-        pending = self.pending_wills.pop(cid, None)
-        if pending is not None:
-            pending[0].cancel()
+            self._take_over(conn)
+        if cid in self.pending_wills:
             try:
                 p, _ = decode_packet(r.value, None)
             except Exception:  # noqa: BLE001 - the other edge accepted it
                 p = None
-            if isinstance(p, Connect) and p.clean_start:  # the old session ends now, and with it the delay
-                self._capture_will(pending[1])
+            self._new_connection_of(cid, isinstance(p, Connect) and p.clean_start)
         return True
 
     def _edge_record(self, r) -> None:
@@ -309,9 +304,7 @@ class ClusterFeed:
             key = conn.conn_id
             log.info("%s client=%s: its session moves to edge %d", conn.conn_id, cid, to)
             self.feed_stats["moves_out"] += 1
-            self._end_client(conn)
-            if conn.transport is not None:
-                self.perform(conn, conn.session.take_over())
+            self._take_over(conn)
         self._edge_append(key, cid, b"release", [("release_to", str(to).encode())])
 
     def _edge_append(self, partition_key: str, cid: str, kind: bytes, extra: list):

@@ -114,14 +114,8 @@ class ConnectDecision:
         cid = req.client_id
         old = self.clients.get(cid)
         if old is not None and old is not conn:
-            self._end_client(old)
-            if old.transport is not None:
-                self.perform(old, old.session.take_over())
-        pending = self.pending_wills.pop(cid, None)
-        if pending is not None:
-            pending[0].cancel()
-            if req.clean_start:  # the old session ends now, and with it the delay
-                self._capture_will(pending[1])
+            self._take_over(old)
+        self._new_connection_of(cid, req.clean_start)
         client, present = self.store.open(cid, req.clean_start, req.expiry_s, time.time(),
                                           req.protocol_level)
         if not present:  # a new session: nothing of an earlier one survives [MQTT-3.1.2-4]
@@ -138,6 +132,23 @@ class ConnectDecision:
             self.downlink.connected(conn)
         self.account(conn)
         self._arm(conn)
+
+    def _take_over(self, old: Connection) -> None:
+        """A newer connection (here, or on another cluster edge) took the
+        Client Identifier: the old one ends [MQTT-3.1.4-3]."""
+        self._end_client(old)
+        if old.transport is not None:
+            self.perform(old, old.session.take_over())
+
+    def _new_connection_of(self, cid: str, clean_start: bool) -> None:
+        """A new connection of ``cid`` was accepted: its delayed Will pending
+        here is cancelled, or captured now on Clean Start (the old session
+        ends now, and with it the delay)."""
+        pending = self.pending_wills.pop(cid, None)
+        if pending is not None:
+            pending[0].cancel()
+            if clean_start:
+                self._capture_will(pending[1])
 
     def _end_client(self, conn: Connection) -> None:
         """Hand the connection's ClientSession back to the store (once)."""

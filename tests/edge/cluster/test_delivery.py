@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from bridge.mqtt import Disconnect, Properties, Publish
-from tests.edge.cluster.conftest import receive, subscribe
+from bridge.mqtt import Disconnect, Properties
+from tests.edge.cluster.conftest import publishes, receive, slow_feed, subscribe
 from tests.edge.conftest import RawClient
 from tests.edge.util import publish
 
@@ -25,24 +25,6 @@ def _ack(client, qos: int, pid: int) -> None:
         assert client.packet()[0] == 0x50
         client.send(bytes((0x62, 2, pid >> 8, pid & 0xFF)))
         assert client.packet()[0] == 0x70
-
-
-def _drain(client, level: int, want: int, timeout: float = 10.0) -> list[Publish]:
-    """``want`` PUBLISHes, each acknowledged as the client would."""
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        p = receive(client, level)
-        assert p is not None, f"closed after {len(got)} of {want}"
-        if isinstance(p, Publish):
-            got.append(p)
-            if p.qos == 1:
-                client.send(bytes((0x40, 2, p.packet_id >> 8, p.packet_id & 0xFF)))
-            elif p.qos == 2:
-                client.send(bytes((0x50, 2, p.packet_id >> 8, p.packet_id & 0xFF)))
-        elif p.packet_type == 6:  # PUBREL
-            client.send(bytes((0x70, 2, p.packet_id >> 8, p.packet_id & 0xFF)))
-    return got
 
 
 @pytest.mark.parametrize("level", [4, 5])
@@ -60,8 +42,8 @@ def test_a_publish_on_one_edge_reaches_subscribers_on_both_once_at_each_qos(make
         qos = i % 3
         pub.send(publish(level, topic=f"q/{i}", payload=b"m%d" % i, qos=qos, packet_id=i + 1))
         _ack(pub, qos, i + 1)
-    got_far = _drain(far, level, 9)
-    got_near = _drain(near, level, 9)
+    got_far = publishes(far, level, 9)
+    got_near = publishes(near, level, 9)
     # per-publisher order on every edge; QoS the minimum of published and granted
     assert [p.payload for p in got_far] == [b"m%d" % i for i in range(9)]
     assert [p.qos for p in got_far] == [i % 3 for i in range(9)]
@@ -90,7 +72,7 @@ def test_mqtt5_properties_subscription_identifier_and_expiry_cross_the_edges(mak
     pub.send(publish(5, topic="p/1", payload=b"hello", qos=1, packet_id=3, retain=True,
                      properties=props))
     _ack(pub, 1, 3)
-    (p,) = _drain(far, 5, 1)
+    (p,) = publishes(far, 5, 1)
     assert p.payload == b"hello" and p.topic == "p/1"
     assert p.retain  # Retain As Published
     assert p.properties.subscription_identifiers == [7]
@@ -121,7 +103,7 @@ def test_an_expired_message_is_not_delivered_by_another_edge(make_cluster):
     back = RawClient(e1.port)
     back.connect(5, client_id="late", clean_start=False,
                  properties=Properties(session_expiry_interval=300))
-    (p,) = _drain(back, 5, 1)
+    (p,) = publishes(back, 5, 1)
     assert p.payload == b"kept"
 
 
@@ -131,14 +113,7 @@ def test_retained_exact_across_edges_even_when_the_feed_lags(make_cluster):
     the fence (bridge.edge.cluster). The feed is slowed by 300 ms here, so
     without the fence every subscription below would miss its message."""
     e0, e1 = make_cluster(2)
-    feed = e1.server.feed
-    slow = feed.on_records
-
-    def late(records):
-        time.sleep(0.3)
-        slow(records)
-
-    feed.on_records = late
+    slow_feed(e1, 0.3)
     subs = []
     for i in range(5):
         s = RawClient(e1.port)
@@ -150,7 +125,7 @@ def test_retained_exact_across_edges_even_when_the_feed_lags(make_cluster):
         pub.send(publish(4, topic=f"r/{i}", payload=b"v%d" % i, qos=1, packet_id=i + 1, retain=True))
         _ack(pub, 1, i + 1)
         assert subscribe(s, 4, (f"r/{i}", 1)) == [1]
-        (p,) = _drain(s, 4, 1)
+        (p,) = publishes(s, 4, 1)
         assert p.retain and p.payload == b"v%d" % i
     # cleared on edge A: served by no edge
     pub.send(publish(4, topic="r/0", payload=b"", qos=1, packet_id=9, retain=True))
@@ -159,7 +134,7 @@ def test_retained_exact_across_edges_even_when_the_feed_lags(make_cluster):
         c = RawClient(e.port)
         c.connect(4, client_id=f"after{e.port}")
         assert subscribe(c, 4, ("r/#", 1)) == [1]
-        got = _drain(c, 4, 4)
+        got = publishes(c, 4, 4)
         assert sorted(p.payload for p in got) == [b"v1", b"v2", b"v3", b"v4"]
 
 
@@ -184,7 +159,7 @@ def test_retained_later_publish_on_another_edge_wins(make_cluster):
             c = RawClient(e.port)
             c.connect(4, client_id=f"c{i}{e.port}")
             assert subscribe(c, 4, ("w/t", 0)) == [0]
-            (p,) = _drain(c, 4, 1)
+            (p,) = publishes(c, 4, 1)
             assert p.payload == b"B%d" % i, (i, e.port)
 
 

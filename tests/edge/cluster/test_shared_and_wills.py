@@ -13,8 +13,8 @@ import pytest
 
 from bridge.mqtt import Disconnect, Properties, Publish
 from bridge.mqtt.connect import Will
-from tests.edge.cluster.conftest import receive, subscribe
-from tests.edge.cluster.test_sessions import _connect, _pub, _publishes, _quiet
+from tests.edge.cluster.conftest import (connect_session, publish_each, publishes, quiet, receive,
+                                         subscribe)
 from tests.edge.conftest import RawClient
 
 pytestmark = pytest.mark.broker
@@ -56,21 +56,21 @@ def test_a_shared_subscription_spread_over_three_edges_gets_each_message_once(ma
     e0, e1, e2 = make_cluster(3)
     members = []
     for i, e in enumerate((e0, e1, e2)):
-        c, _ = _connect(e.port, 5, f"worker{i}")
+        c, _ = connect_session(e.port, 5, f"worker{i}")
         assert subscribe(c, 5, ("$share/grp/jobs/#", 1)) == [1]
         members.append(c)
-    plain, _ = _connect(e2.port, 5, "watcher")  # a non-shared subscriber sees every message once
+    plain, _ = connect_session(e2.port, 5, "watcher")  # a non-shared subscriber sees every message once
     assert subscribe(plain, 5, ("jobs/#", 1)) == [1]
     time.sleep(1.0)
     _wait_members((e0, e1, e2), "grp/jobs/#")
     n = 60
-    _pub(e0.port, 5, "jobs/a", [b"j%02d" % i for i in range(n)], cid="jobpub")
+    publish_each(e0.port, 5, "jobs/a", [b"j%02d" % i for i in range(n)], cid="jobpub")
     got: dict[int, list[bytes]] = {}
     for i, c in enumerate(members):
         got[i] = []
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
-            pkts = _quiet(c, 0.5)
+            pkts = quiet(c, 0.5)
             if not pkts:
                 break
             for pkt in pkts:
@@ -82,27 +82,27 @@ def test_a_shared_subscription_spread_over_three_edges_gets_each_message_once(ma
     every = [x for v in got.values() for x in v]
     assert sorted(every) == [b"j%02d" % i for i in range(n)], {k: len(v) for k, v in got.items()}
     assert all(len(v) >= 5 for v in got.values()), {k: len(v) for k, v in got.items()}  # spread over the edges
-    assert sorted(p.payload for p in _publishes(plain, 5, n)) == [b"j%02d" % i for i in range(n)]
+    assert sorted(p.payload for p in publishes(plain, 5, n)) == [b"j%02d" % i for i in range(n)]
 
 
 def test_a_shared_subscription_loses_no_message_when_a_members_edge_dies(make_cluster):
     e0, e1, e2 = make_cluster(3, LEASE)
-    a, _ = _connect(e1.port, 5, "wa")
-    b, _ = _connect(e2.port, 5, "wb")
+    a, _ = connect_session(e1.port, 5, "wa")
+    b, _ = connect_session(e2.port, 5, "wb")
     for c in (a, b):
         assert subscribe(c, 5, ("$share/g2/t/#", 1)) == [1]
     time.sleep(1.0)
     _freeze(e2)
     time.sleep(2.5)  # e2's beats age out: it is no longer a candidate
-    _pub(e0.port, 5, "t/x", [b"k%02d" % i for i in range(20)], cid="kp")
-    got = _publishes(a, 5, 20, timeout=10)
+    publish_each(e0.port, 5, "t/x", [b"k%02d" % i for i in range(20)], cid="kp")
+    got = publishes(a, 5, 20, timeout=10)
     assert sorted(p.payload for p in got) == [b"k%02d" % i for i in range(20)]
 
 
 def test_a_will_of_a_connection_on_a_dead_edge_is_published_once_by_another(make_cluster):
     e0, e1, e2 = make_cluster(3, LEASE)
-    watch0, _ = _connect(e0.port, 5, "will-watch0")
-    watch1, _ = _connect(e1.port, 5, "will-watch1")
+    watch0, _ = connect_session(e0.port, 5, "will-watch0")
+    watch1, _ = connect_session(e1.port, 5, "will-watch1")
     for w in (watch0, watch1):
         assert subscribe(w, 5, ("wills/#", 1)) == [1]
     c = RawClient(e2.port)
@@ -111,9 +111,9 @@ def test_a_will_of_a_connection_on_a_dead_edge_is_published_once_by_another(make
     time.sleep(1.0)  # the CONNECT (with its Will) reached the others
     _freeze(e2)
     for w in (watch0, watch1):
-        (p,) = _publishes(w, 5, 1, timeout=10)
+        (p,) = publishes(w, 5, 1, timeout=10)
         assert p.topic == "wills/dies" and p.payload == b"gone"
-        assert not [x for x in _quiet(w, 1.0) if x[0] >> 4 == 3]  # once
+        assert not [x for x in quiet(w, 1.0) if x[0] >> 4 == 3]  # once
 
 
 def test_an_edge_without_a_confirmed_lease_closes_its_connections_before_another_takes_the_session(
@@ -125,10 +125,10 @@ def test_an_edge_without_a_confirmed_lease_closes_its_connections_before_another
     A QoS 2 delivery A had in flight is resent by B with its Packet
     Identifier: the client's QoS 2 state keeps it once."""
     e0, e1 = make_cluster(2, LEASE)
-    c, _ = _connect(e0.port, 5, "cut")
+    c, _ = connect_session(e0.port, 5, "cut")
     assert subscribe(c, 5, ("cut/#", 2)) == [2]
-    _pub(e1.port, 5, "cut/x", [b"once"], qos=2, cid="cp")
-    (first,) = _publishes(c, 5, 1, ack=False)
+    publish_each(e1.port, 5, "cut/x", [b"once"], qos=2, cid="cp")
+    (first,) = publishes(c, 5, 1, ack=False)
     srv = e0.server
     real = srv._edge_append
 
@@ -143,7 +143,7 @@ def test_an_edge_without_a_confirmed_lease_closes_its_connections_before_another
     refused = RawClient(e0.port)
     ack = refused.connect(5, client_id="other")
     assert ack[0] == 0x20 and ack[3] == 0x88  # CONNACK Server unavailable [LG-cluster-lease]
-    c2, present = _connect(e1.port, 5, "cut")  # waits for edge 0 to be declared dead
+    c2, present = connect_session(e1.port, 5, "cut")  # waits for edge 0 to be declared dead
     assert present
     p = receive(c2, 5)
     assert isinstance(p, Publish) and p.dup and p.packet_id == first.packet_id and p.payload == b"once"
