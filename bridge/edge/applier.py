@@ -31,6 +31,10 @@ can resume it on any edge. The differences:
   identifier (``by_ref``). A ``sent`` or acknowledgement of a message this
   edge has not routed yet (its partition read later than the other edge's)
   is kept and applied when the message comes (:meth:`LogApplier.routed`);
+* records of a connection older than the client's newest CONNECT (by
+  capture sequence; ``conn_id``) change nothing of the session: a client
+  that moved leaves its old connection's last records behind, read in any
+  order with the new edge's (:meth:`LogApplier._current`);
 * a ``release`` record (``edge`` = ``release``) says the edge that had the
   client connected has closed that connection: the session is closed;
 * another edge's Will is not this edge's to publish: it is kept in
@@ -101,6 +105,8 @@ class LogApplier:
         self.wanted = _SUBSCRIBER_TYPES if self.subs is not None else _TYPES
         #: records applied
         self.count = 0
+        #: cluster: Client Identifier -> (capture sequence, conn_id) of its newest CONNECT
+        self.conns: dict[str, tuple[int, bytes]] = {}
 
     # ------------------------------------------------------------ records
     def apply(self, r, route: bool = True) -> None:
@@ -140,6 +146,12 @@ class LogApplier:
         if origin != b"client":
             return
         try:
+            if self.cluster is not None and not self._current(r, ptype, h, cid):
+                # a record of a connection older than the client's newest CONNECT: its
+                # message is still routed, its session state is not the session's
+                if ptype == 3 and subs is not None and route:
+                    subs.record(r, ptype, h, cid)
+                return
             if ptype == 1 and self.cluster is not None and not self._cluster_connect(r, v, h, cid, remote):
                 return  # another edge's clean session
             if subs is not None and ptype != 1 and (route or ptype != 3):
@@ -213,6 +225,35 @@ class LogApplier:
             live.pop(cid, None)
 
     # ------------------------------------------------------------ cluster
+    def connected_as(self, cid: str, seq: int, conn_id: bytes) -> None:
+        """``cid``'s CONNECT ``seq`` through connection ``conn_id`` (this
+        edge's own, or a record's): the records of older connections of the
+        client no longer change its session (:meth:`_current`)."""
+        old = self.conns.get(cid)
+        if old is None or seq > old[0]:
+            self.conns[cid] = (seq, conn_id)
+
+    def _current(self, r, ptype: int, h: dict, cid: str) -> bool:
+        """False for a record of a connection older than the newest CONNECT
+        of ``cid`` known here (another edge's records come in any order
+        with this edge's own: a client that moved leaves records of its old
+        connection behind, in the old edge's partitions, which must not
+        change the new session)."""
+        conn = h.get("conn_id", b"")
+        if ptype == 1:
+            known = self.conns.get(cid)
+            if known is not None and r.seq < known[0]:
+                return False
+            self.conns[cid] = (r.seq, conn)
+            return True
+        known = self.conns.get(cid)
+        return known is None or known[1] == conn
+
+    def prune_conns(self, older_than_seq: int) -> None:
+        """Forget the CONNECTs numbered below ``older_than_seq`` (a clock
+        value: the caller keeps minutes of them, bounded by the clients)."""
+        self.conns = {cid: c for cid, c in self.conns.items() if c[0] >= older_than_seq}
+
     def _cluster_connect(self, r, v: bytes, h: dict, cid: str, remote: bool) -> bool:
         """A CONNECT in a cluster: where the session is connected now; False
         when there is nothing more to do (another edge's clean session)."""
@@ -259,7 +300,9 @@ class LogApplier:
         kind = h.get("edge")
         cid = r.key.decode("utf-8", "replace")
         if kind == b"sent":
-            self._sent(cid, h.get("edge_refs", b""))
+            known = self.conns.get(cid)
+            if known is None or known[1] == h.get("conn_id", b""):  # (an older connection's: not the session's)
+                self._sent(cid, h.get("edge_refs", b""))
         elif kind == b"release":
             s = self.live.get(cid)
             if s is not None and s.home == r.partition % self.cluster[0]:

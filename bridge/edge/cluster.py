@@ -490,6 +490,8 @@ class ClusterFeed:
                 for edge in range(self.config.cluster.edges):
                     if edge != me and edge not in self._dead and self.edge_dead(edge):
                         self._declare_dead(edge)
+                # the newest CONNECT of each client is kept 10 minutes (the applier's stale-record rule)
+                self.applier.prune_conns(int((time.time() - 600) * 1e6) << 8)
                 last_said = None
             except asyncio.CancelledError:
                 raise

@@ -441,6 +441,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                 conn.last_fut = fut
                 if a.frame[:1] == b"\x10":
                     conn.connect_seq = ack.seq
+                    if self.applier is not None:  # a cluster: older connections' records change nothing now
+                        self.applier.connected_as(conn.session.client_id, ack.seq, conn.conn_id.encode())
                 if a.qos2 is not None:
                     a.captured(ack.partition, ack.offset, ack.seq)
                 if a.deliver is not None and (self.router.tree or a.frame[0] & 1):

@@ -152,3 +152,27 @@ def test_an_older_connect_seen_late_neither_takes_over_nor_moves_the_newer_sessi
     (p,) = publishes(new, 5, 1)
     assert p.payload == b"still here"
     assert e1.call(lambda: e1.server.store.sessions["twice"].home) is None
+
+
+def test_an_old_connections_records_read_late_do_not_change_the_new_session(make_cluster):
+    """Edge 1 reads edge 0's records 0.5 s late. A persistent session
+    subscribes on edge 0 and leaves; the client starts a new session on
+    edge 1 (Clean Start 1) before edge 1 read any of that. When edge 1 reads
+    the old connection's CONNECT and SUBSCRIBE, they are older than its own
+    CONNECT: the new session gets no subscription from them
+    [MQTT-3.1.2-4] (the edge had it before: the failure CI found)."""
+    e0, e1 = make_cluster(2)
+    slow_feed(e1, 0.5)
+    c, _ = connect_session(e0.port, 5, "renew")
+    assert subscribe(c, 5, ("rn/#", 1)) == [1]
+    c.send(bytes((0xE0, 0)))
+    c.close()
+    c2, present = connect_session(e1.port, 5, "renew", clean=True)
+    assert not present
+    c2.send(bytes((0xE0, 0)))
+    c2.close()
+    time.sleep(1.5)  # edge 1 has read edge 0's records by now
+    publish_each(e1.port, 5, "rn/x", [b"not for the new session"], cid="rnp")
+    c3, present = connect_session(e1.port, 5, "renew")
+    assert present
+    assert not [x for x in quiet(c3) if x[0] >> 4 == 3]
