@@ -140,3 +140,9 @@ def quiet(c: RawClient, seconds: float = 0.7) -> list[bytes]:
         pass
     c.sock.settimeout(10)
     return out
+
+
+def leave(client) -> None:
+    """A normal DISCONNECT (reason 0x00), then the connection closed."""
+    client.send(bytes((0xE0, 0)))
+    client.close()

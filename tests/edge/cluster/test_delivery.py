@@ -10,7 +10,7 @@ import time
 import pytest
 
 from bridge.mqtt import Disconnect, Properties
-from tests.edge.cluster.conftest import publishes, receive, slow_feed, subscribe
+from tests.edge.cluster.conftest import leave, publishes, receive, slow_feed, subscribe
 from tests.edge.conftest import RawClient
 from tests.edge.util import publish
 
@@ -90,8 +90,7 @@ def test_an_expired_message_is_not_delivered_by_another_edge(make_cluster):
     far.connect(5, client_id="late", clean_start=False,
                 properties=Properties(session_expiry_interval=300))
     assert subscribe(far, 5, ("x/#", 1)) == [1]
-    far.send(bytes((0xE0, 0)))  # DISCONNECT, normal
-    far.close()
+    leave(far)
     pub = RawClient(e0.port)
     pub.connect(5, client_id="pubx")
     pub.send(publish(5, topic="x/short", payload=b"gone", qos=1, packet_id=1,

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from bridge.mqtt import Disconnect, Publish
-from tests.edge.cluster.conftest import (connect_session, publish_each, publishes, quiet, receive, slow_feed,
-                                         subscribe)
+from tests.edge.cluster.conftest import (connect_session, leave, publish_each, publishes, quiet, receive,
+                                         slow_feed, subscribe)
 from tests.edge.util import publish
 
 pytestmark = pytest.mark.broker
@@ -23,8 +23,7 @@ def test_a_persistent_session_moves_to_another_edge_with_what_was_queued_meanwhi
     c, present = connect_session(e0.port, level, "mover")
     assert not present
     assert subscribe(c, level, ("m/#", 2)) == [2]
-    c.send(bytes((0xE0, 0)))
-    c.close()
+    leave(c)
     # queued while offline, published on both edges, at QoS 1 and 2
     publish_each(e0.port, level, "m/a", [b"a%d" % i for i in range(5)], qos=1, cid="p0")
     publish_each(e1.port, level, "m/b", [b"b%d" % i for i in range(5)], qos=2, cid="p1")
@@ -99,12 +98,10 @@ def test_clean_start_on_another_edge_ends_the_session_everywhere(make_cluster):
     e0, e1 = make_cluster(2)
     c, _ = connect_session(e0.port, 5, "fresh")
     assert subscribe(c, 5, ("f/#", 1)) == [1]
-    c.send(bytes((0xE0, 0)))
-    c.close()
+    leave(c)
     c2, present = connect_session(e1.port, 5, "fresh", clean=True)
     assert not present
-    c2.send(bytes((0xE0, 0)))
-    c2.close()
+    leave(c2)
     publish_each(e0.port, 5, "f/x", [b"gone"], cid="pf")
     c3, present = connect_session(e0.port, 5, "fresh")  # Clean Start 0 on edge 0 again
     assert present  # the session edge 1 started (Clean Start 1, expiry 600 s)...
@@ -118,8 +115,7 @@ def test_a_client_that_flips_between_edges_loses_nothing(make_cluster):
     e0, e1 = make_cluster(2)
     c, _ = connect_session(e0.port, 5, "flip")
     assert subscribe(c, 5, ("fl/#", 1)) == [1]
-    c.send(bytes((0xE0, 0)))
-    c.close()
+    leave(c)
     seen: set[bytes] = set()
     n = 0
     for round_ in range(6):
@@ -129,8 +125,7 @@ def test_a_client_that_flips_between_edges_loses_nothing(make_cluster):
         assert present
         for p in publishes(c, 5, 5, timeout=10):
             seen.add(p.payload)
-        c.send(bytes((0xE0, 0)))
-        c.close()
+        leave(c)
     assert seen == {b"%d" % i for i in range(n)}
 
 
@@ -165,12 +160,10 @@ def test_an_old_connections_records_read_late_do_not_change_the_new_session(make
     slow_feed(e1, 0.5)
     c, _ = connect_session(e0.port, 5, "renew")
     assert subscribe(c, 5, ("rn/#", 1)) == [1]
-    c.send(bytes((0xE0, 0)))
-    c.close()
+    leave(c)
     c2, present = connect_session(e1.port, 5, "renew", clean=True)
     assert not present
-    c2.send(bytes((0xE0, 0)))
-    c2.close()
+    leave(c2)
     time.sleep(1.5)  # edge 1 has read edge 0's records by now
     publish_each(e1.port, 5, "rn/x", [b"not for the new session"], cid="rnp")
     c3, present = connect_session(e1.port, 5, "renew")
