@@ -175,8 +175,12 @@ class ConnectHandshake:
         actions: list[Action] = []
         connack = self._connack(0, session_present)
         self.state = CONNECTED
-        actions.append(Capture(*self._connect_record(), reply=None))
-        actions.append(Send(connack))
+        # the CONNACK waits for the CONNECT's record like any acknowledgement: a
+        # client told its session started (Clean Start) or resumed finds it so
+        # after a crash, and on every edge of a cluster (whose fence reads what
+        # is in Kafka: a CONNACK sent before would let another edge serve the
+        # session the Clean Start ended)
+        actions.append(Capture(*self._connect_record(), reply=connack))
         client.username = self.username
         self.router.attach(client)
         actions.extend(self._resume_deliveries(now))  # [MQTT-4.4.0-1]

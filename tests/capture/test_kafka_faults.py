@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -40,7 +41,9 @@ import pytest
 from bridge.capture.kafka_reader import KafkaLogReader
 from bridge.capture.record import partition_for
 from bridge.config import load_config
+from bridge.mqtt import Properties
 from tests.conftest import child_env, free_port, free_port_block, kafka_node
+from tests.edge.conftest import RawClient
 from tests.edge.util import connect
 from tests.waiting import holds_for, wait_for
 
@@ -158,7 +161,7 @@ class Publisher(threading.Thread):
         try:
             c = RawClient(self.port, timeout=0.5)
             c.send(connect(4, client_id=self.client_id))
-            pkt = self._packet(c, time.monotonic() + 10)
+            pkt = self._packet(c, time.monotonic() + max(10.0, self.seconds))  # (waits for Kafka too)
             if not pkt or pkt[0] != 0x20 or pkt[3] != 0:
                 return
             self.connected.set()
@@ -556,15 +559,26 @@ def _lakegate(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.Co
 
 
 def _no_ack_while_down(edge: Edge, run: int) -> list[Publisher]:
-    """A QoS 1 and a QoS 2 publisher that connect (the edge answers CONNECT
-    without Kafka: CONNECT records wait like any other, so the CONNACK may
-    wait too) and get no PUBACK / PUBREC for 3 s."""
+    """A QoS 1 and a QoS 2 publisher that connect and get no CONNACK (the
+    CONNECT's record waits for Kafka like any other), so no PUBACK / PUBREC,
+    for 3 s."""
     pubs = [Publisher(edge.port, run, 0, 5, window=5, seconds=120, qos=1),
             Publisher(edge.port, run, 1, 5, window=5, seconds=120, qos=2)]
     for p in pubs:
         p.start()
     holds_for(lambda: all(not p.acked for p in pubs), 3, "no PUBACK or PUBREC while Kafka is down")
     return pubs
+
+
+def _connect_waiting(port: int) -> RawClient:
+    """A client whose CONNECT gets no CONNACK for 2 s (Kafka is down: the
+    CONNECT is not durable, so the session it starts is not acknowledged)."""
+    c = RawClient(port)
+    c.send(connect(5, client_id="waits-for-kafka", clean_start=True,
+                   properties=Properties(session_expiry_interval=300)))
+    assert not select.select([c.sock], [], [], 2)[0], "an answer to a CONNECT Kafka does not have"
+    c.sock.settimeout(90)
+    return c
 
 
 @pytest.mark.slow
@@ -594,6 +608,7 @@ def test_lg_edge_capture_failed_kafka_down_acks_nothing_says_so_and_everything_r
         kafka_node("kill", 1, args)
         killed = True
         pubs = _no_ack_while_down(edge, 1)
+        waiting = _connect_waiting(edge.port)
         line = wait_for(lambda: [x for x in edge.stderr().splitlines() if "no broker answers" in x], 30,
                         "the edge's line saying Kafka does not answer")
         assert len(line) == 1 and f"kafka.bootstrap_servers = '{servers}'" in line[0], line
@@ -611,6 +626,7 @@ def test_lg_edge_capture_failed_kafka_down_acks_nothing_says_so_and_everything_r
             p.join(90)
             assert p.acked == list(range(5)), (p.client_id, p.acked, edge.stderr()[-2000:])
         assert "acknowledging resumes" in edge.stderr()
+        assert waiting.packet()[:1] == b"\x20"  # the CONNACK, now that the CONNECT is in Kafka
         assert wait_for(lambda: _healthz(metrics)[0] == 200, 30, "/healthz 200 again")
         assert edge.proc.poll() is None
         assert edge.stop() == 0, edge.stderr()[-3000:]
