@@ -224,7 +224,7 @@ _POSITIVE = {
     "spark.shuffle_partitions",
     "cluster.edges", "cluster.lease_s",
 }
-_PORTS = {"edge.port", "edge.tls_port", "sql.connect_port", "metrics.port"}
+_PORTS = {"edge.port", "edge.tls_port", "edge.ws_port", "edge.wss_port", "sql.connect_port", "metrics.port"}
 _SECRET_KEY = re.compile(r"(password|secret|token)", re.I)
 
 

@@ -20,6 +20,15 @@ class EdgeConfig:
     tls_port: int = 0
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    #: MQTT over WebSockets (MQTT 5.0 section 6) listener port; 0 = none.
+    ws_port: int = 0
+    #: MQTT over secure WebSockets (TLS with edge.tls_cert_file) listener port; 0 = none.
+    wss_port: int = 0
+    #: The HTTP path WebSocket clients open; other paths get 404.
+    ws_path: str = "/mqtt"
+    #: Origins a WebSocket handshake may come from (its Origin header),
+    #: comma-separated; empty = any (clients that are not browsers send none).
+    ws_origins: str = ""
     max_connections: int = 10000
     #: Maximum Packet Size the edge accepts (and advertises in MQTT 5 CONNACK).
     max_packet_bytes: int = 1048576

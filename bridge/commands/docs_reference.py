@@ -300,6 +300,7 @@ def configuration_page() -> str:
 #: What each label of a metric family holds, for the metrics table.
 LABELS: dict[str, str] = {
     "protocol": "MQTT version: `3.1`, `3.1.1`, `5`",
+    "transport": "`tcp`, `tls`, `ws` (WebSockets), `wss` (WebSockets over TLS)",
     "type": "MQTT packet type: `CONNECT` ... `AUTH`",
     "qos": "`1` (PUBACK), `2` (PUBREC)",
     "rule": "a rule id, e.g. `MQTT-3.3.1-4` ([rules](rules.md))",

@@ -124,7 +124,7 @@ class ConnectDecision:
         self.clients[cid] = conn
         log.info("open %s client=%s v=%s remote=%s%s clean=%d keepalive=%d session_present=%d "
                  "user=%s", conn.conn_id, cid, version_name(req.protocol_level), conn.remote,
-                 " tls" if conn.tls else "", req.clean_start, session.keepalive, present,
+                 "" if conn.kind == "tcp" else " " + conn.kind, req.clean_start, session.keepalive, present,
                  "yes" if req.username is not None else "no")
         self.perform(conn, session.accept(client, present, self.loop.time()))
         conn.work_if_pending()  # a large SUBSCRIBE right behind the CONNECT

@@ -72,6 +72,8 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: EdgeServer, tls: bool) -> None:
         self.server = server
         self.tls = tls
+        #: the transport, for logs and metrics: "tcp", "tls", "ws" or "wss" (bridge.edge.websocket)
+        self.kind = "tls" if tls else "tcp"
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self.conn_id = ""

@@ -57,10 +57,12 @@ def is_loopback(host: str) -> bool:
 
 def listeners(edge: EdgeConfig) -> list[tuple[str, str]]:
     """The edge's listeners as (key of the port, host bound): ``edge.port``
-    and, when set, ``edge.tls_port``, both on ``edge.host``."""
+    and, when set, ``edge.tls_port``, ``edge.ws_port`` and ``edge.wss_port``,
+    all on ``edge.host``."""
     out = [("edge.port", edge.host)]
-    if edge.tls_port:
-        out.append(("edge.tls_port", edge.host))
+    for key in ("edge.tls_port", "edge.ws_port", "edge.wss_port"):
+        if getattr(edge, key[5:]):
+            out.append((key, edge.host))
     return out
 
 

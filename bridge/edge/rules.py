@@ -38,6 +38,8 @@ __all__ = [
     "SESSION_TAKEN_OVER",
     "CLUSTER_LEASE",
     "CLUSTER_MOVE",
+    "WS_BINARY",
+    "WS_HANDSHAKE",
     "edge_violation",
 ]
 
@@ -65,6 +67,8 @@ CAPTURE_FAILED = "LG-edge-capture-failed"
 ANONYMOUS_BEYOND_LOOPBACK = "LG-edge-anonymous-beyond-loopback"
 CLUSTER_LEASE = "LG-cluster-lease"
 CLUSTER_MOVE = "LG-cluster-move"
+WS_BINARY = "MQTT-6.0.0-1"
+WS_HANDSHAKE = "LG-edge-ws-handshake"
 
 EDGE_RULES: dict[str, Rule] = {
     AUTH_FAILED: Rule(
@@ -203,6 +207,20 @@ EDGE_RULES: dict[str, Rule] = {
         note="CONNACK 0x88 Server unavailable (3.x 0x03): that edge neither released the "
         "session nor was declared dead within cluster.lease_s plus the wait for it; the client "
         "tries again",
+    ),
+    WS_BINARY: Rule(
+        "MQTT over WebSockets: a data frame that is not binary (MQTT Control Packets MUST be sent "
+        "in WebSocket binary data frames; any other data frame closes the Network Connection)", 0x82, _P,
+        enforced="session",
+        note="closed with WebSocket close code 1003 Unsupported Data, no DISCONNECT; one log line",
+    ),
+    WS_HANDSHAKE: Rule(
+        "A WebSocket upgrade the edge refuses: another path than edge.ws_path, no mqtt or mqttv3.1 "
+        "subprotocol offered [MQTT-6.0.0-4], an Origin not in edge.ws_origins, more handshakes "
+        "than edge.max_connections, or none completed within edge.connect_timeout_s", 0x80, _P,
+        enforced="session",
+        note="answered in HTTP (404, 400, 403, 503; no MQTT session starts) or, for a handshake that "
+        "never completes, the connection aborted; one log line each",
     ),
 }
 

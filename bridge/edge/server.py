@@ -181,6 +181,10 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         #: a SubscriptionTree.sweep is scheduled (housekeeping.drop_session)
         self._sweeping = False
         self.addresses: list[tuple[str, int, bool]] = []
+        #: the WebSocket listeners' (host, port, tls) (edge.ws_port, edge.wss_port)
+        self.ws_addresses: list[tuple[str, int, bool]] = []
+        #: WebSocket connections whose handshake is not over (bounded by edge.max_connections)
+        self.ws_handshakes = 0
         self.failed: BaseException | None = None
         self.stopped: asyncio.Event | None = None  # created in start()
         self.stats = {"connections": 0, "refused": 0, "auth_busy": 0}
@@ -295,9 +299,11 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         srv = await loop.create_server(lambda: Connection(self, False), edge.host, edge.port,
                                        reuse_address=True, backlog=1024)
         self._servers.append(srv)
-        if edge.tls_port:
+        ctx = None
+        if edge.tls_port or edge.wss_port:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(edge.tls_cert_file, edge.tls_key_file or None)
+        if edge.tls_port:
             tls = await loop.create_server(lambda: Connection(self, True), edge.host, edge.tls_port,
                                            ssl=ctx, reuse_address=True, backlog=1024)
             self._servers.append(tls)
@@ -305,6 +311,15 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             for sock in s.sockets:
                 host, port = sock.getsockname()[:2]
                 self.addresses.append((host, port, is_tls))
+        for port, wss in ((edge.ws_port, False), (edge.wss_port, True)):
+            if port:  # MQTT over WebSockets (bridge.edge.websocket)
+                from bridge.edge.websocket import WsConnection
+
+                ws = await loop.create_server(lambda wss=wss: WsConnection(self, wss), edge.host, port,
+                                              ssl=ctx if wss else None, reuse_address=True, backlog=1024)
+                self._servers.append(ws)
+                for sock in ws.sockets:
+                    self.ws_addresses.append((*sock.getsockname()[:2], wss))
         self._snapshot_task = loop.create_task(self._snapshot_loop())
         self._frame_task = loop.create_task(self._frame_timeouts())
         self._retained_task = loop.create_task(self._retained_refresh())
@@ -373,7 +388,7 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             self._idle.set()
         log.info("close %s client=%s v=%s remote=%s%s reason=%s frames=%d bytes=%d",
                  conn.conn_id, session.client_id or "-", version_name(session.level), conn.remote,
-                 " tls" if conn.tls else "", session.close_reason or "connection lost",
+                 "" if conn.kind == "tcp" else " " + conn.kind, session.close_reason or "connection lost",
                  session.frames_in, session.bytes_in)
         del transport
 

@@ -78,6 +78,10 @@ class EdgeThread:
     def tls_port(self) -> int | None:
         return self.server.tls_port
 
+    def ws_port(self, secure: bool = False) -> int | None:
+        """The WebSocket listener's port (``secure``: the wss one), or None."""
+        return next((p for _h, p, tls in self.server.ws_addresses if tls == secure), None)
+
     def __enter__(self) -> EdgeThread:
         return self.start()
 

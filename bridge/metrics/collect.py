@@ -184,6 +184,17 @@ class LakegateCollector:
             for v, n in by_version.items():
                 g.add_metric([v], n)
             yield g
+            by_kind = {"tcp": 0, "tls": 0, "ws": 0, "wss": 0}
+            for conn in _snapshot(server.conns):
+                kind = getattr(conn, "kind", "tcp")
+                by_kind[kind] = by_kind.get(kind, 0) + 1
+            g = GaugeMetricFamily("lakegate_edge_connections_by_transport", "open MQTT connections by transport "
+                                  "(tcp, tls, ws: WebSockets, wss: WebSockets over TLS)", labels=["transport"])
+            for kind, n in by_kind.items():
+                g.add_metric([kind], n)
+            yield g
+            yield GaugeMetricFamily("lakegate_edge_ws_handshakes", "WebSocket connections whose HTTP upgrade is "
+                                    "not over yet", value=getattr(server, "ws_handshakes", 0))
             yield CounterMetricFamily("lakegate_edge_accepted_connections_total", "TCP connections accepted",
                                       value=server.stats.get("connections", 0))
             yield CounterMetricFamily("lakegate_edge_refused_connections_total",
