@@ -29,6 +29,11 @@ class EdgeConfig:
     #: Origins a WebSocket handshake may come from (its Origin header),
     #: comma-separated; empty = any (clients that are not browsers send none).
     ws_origins: str = ""
+    #: Addresses of reverse proxies in front of the WebSocket listeners,
+    #: comma-separated: for a connection from one of them the client's
+    #: address is the last X-Forwarded-For entry (logs, capture records,
+    #: per-address limits); empty = the TCP peer is the client.
+    ws_trusted_proxies: str = ""
     max_connections: int = 10000
     #: Maximum Packet Size the edge accepts (and advertises in MQTT 5 CONNACK).
     max_packet_bytes: int = 1048576

@@ -25,11 +25,18 @@ is aborted). A request for another path gets 404, one without the
 ``mqtt`` subprotocol 400 and a refused origin 403, with one line each
 [LG-edge-ws-handshake]. Ping is answered with Pong; a close is answered
 and ends the session's connection like a TCP close.
+
+Behind a reverse proxy (nginx, HAProxy in HTTP mode) every connection
+comes from the proxy: when its address is in ``edge.ws_trusted_proxies``,
+the client's address is the last entry of ``X-Forwarded-For`` (the one
+that proxy appended), and it is what the logs, the capture record's
+``remote`` and the per-address limits see.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from typing import TYPE_CHECKING
 
@@ -62,11 +69,12 @@ class WsTransport(asyncio.Transport):
     to: each write leaves as one binary message; the rest is the TCP (or
     TLS) transport's."""
 
-    def __init__(self, raw: asyncio.Transport, ws: WSConnection) -> None:
+    def __init__(self, raw: asyncio.Transport, ws: WSConnection, peer: tuple | None = None) -> None:
         super().__init__()
         self._raw = raw
         self._ws = ws
         self._closing = False
+        self._peer = peer  # the client's address a trusted proxy gave (X-Forwarded-For), or None
 
     def write(self, data) -> None:
         if self._closing or self._raw.is_closing():
@@ -95,6 +103,8 @@ class WsTransport(asyncio.Transport):
         return self._closing or self._raw.is_closing()
 
     def get_extra_info(self, name, default=None):
+        if name == "peername" and self._peer is not None:
+            return self._peer
         return self._raw.get_extra_info(name, default)
 
     def get_write_buffer_size(self) -> int:
@@ -211,12 +221,37 @@ class WsConnection(asyncio.Protocol):
             if origin is None or origin not in allowed:
                 self._refuse(403, f"origin {origin!r} is not in edge.ws_origins")
                 return
+        peer = self._forwarded(req)
         self._handshake_over()
         self.raw.write(self.ws.send(AcceptConnection(subprotocol=chosen)))
         inner = self.inner = Connection(self.server, self.tls)
         inner.kind = self.kind
-        self.transport = WsTransport(self.raw, self.ws)
+        self.transport = WsTransport(self.raw, self.ws, peer)
         inner.connection_made(self.transport)
+        if peer is not None:
+            log.info("%s: WebSocket through proxy %s for client address %s (X-Forwarded-For)", inner.conn_id,
+                     self.remote, inner.remote)
+
+    def _forwarded(self, req: Request) -> tuple | None:
+        """The client's address from the last ``X-Forwarded-For`` entry, when
+        the connection comes from a proxy in ``edge.ws_trusted_proxies``
+        (what the proxy itself appended; earlier entries are the client's
+        word). None: the TCP peer is the client."""
+        trusted = {p.strip() for p in self.server.edge.ws_trusted_proxies.split(",") if p.strip()}
+        peer = self.raw.get_extra_info("peername")
+        if not trusted or not isinstance(peer, tuple) or str(peer[0]) not in trusted:
+            return None
+        values = [v.decode("latin-1") for k, v in req.extra_headers if k.lower() == b"x-forwarded-for"]
+        hops = [h.strip() for v in values for h in v.split(",") if h.strip()]
+        if not hops:
+            return None
+        try:
+            addr = ipaddress.ip_address(hops[-1].strip("[]"))
+        except ValueError:
+            log.info("ws %s remote=%s: X-Forwarded-For %r is not an address; the proxy's address is used",
+                     self.kind, self.remote, hops[-1][:60])
+            return None
+        return (str(addr), 0)
 
     # ------------------------------------------------------------ endings
     def _handshake_over(self) -> None:

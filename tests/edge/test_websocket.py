@@ -25,6 +25,7 @@ from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Mes
 from bridge.mqtt import Properties, Subscribe, encode
 from bridge.mqtt.subscribe import Subscription
 from bridge.ports import free_loopback_port
+from tests.edge.conftest import wait_records
 from tests.edge.util import connect, publish
 from tests.waiting import wait_for
 
@@ -36,13 +37,13 @@ class WsRaw:
     good client sends, :meth:`send_frame` for hand-made frames."""
 
     def __init__(self, port: int, path: str = "/mqtt", subprotocols=("mqtt",), origin: str | None = None,
-                 ctx: ssl.SSLContext | None = None) -> None:
+                 ctx: ssl.SSLContext | None = None, headers: tuple = ()) -> None:
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.sock = ctx.wrap_socket(sock, server_hostname="localhost") if ctx is not None else sock
         self.ws = WSConnection(ConnectionType.CLIENT)
         self.events: list = []
         self.data = b""
-        headers = [(b"origin", origin.encode())] if origin else []
+        headers = ([(b"origin", origin.encode())] if origin else []) + [(k.encode(), v.encode()) for k, v in headers]
         self.sock.sendall(self.ws.send(Request(host="localhost", target=path, subprotocols=list(subprotocols),
                                                extra_headers=headers)))
         self.answer = self._next((AcceptConnection, RejectConnection))
@@ -293,6 +294,25 @@ def test_mqtt_disconnect_from_the_edge_closes_the_websocket_with_1000(ws_edge):
     assert c.read(4) == CONNACK_OK
     c.send(connect(4, client_id="twice"))
     assert c.close_code() == 1000
+
+
+@pytest.mark.parametrize("trusted, shown", [("127.0.0.1", "203.0.113.7:0"), ("", "127.0.0.1:"),
+                                             ("192.0.2.1", "127.0.0.1:")])
+def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy(ws_edge, caplog, trusted, shown):
+    """The last X-Forwarded-For entry (what the trusted proxy appended; the
+    first is the client's own word) becomes the connection's address in the
+    logs and the capture record; from anyone else the header is ignored."""
+    e = ws_edge(f"edge.ws_trusted_proxies={trusted}")
+    with caplog.at_level(logging.INFO, logger="bridge.edge"):
+        c = WsRaw(e.ws, headers=(("X-Forwarded-For", "6.6.6.6, 203.0.113.7"),))
+        c.send(connect(4, client_id=f"behind-{trusted or 'none'}"))
+        assert c.read(4) == CONNACK_OK
+        wait_for(lambda: [r for r in caplog.records if r.getMessage().startswith("open ")], 10, "the open line")
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("open "))
+    assert f"remote={shown}" in line and " ws " in line, line
+    assert "6.6.6.6" not in caplog.text
+    (record,) = wait_records(e.server.config, lambda r: r.key == f"behind-{trusted or 'none'}".encode(), 1)
+    assert dict(record.headers)["remote"].decode().startswith(shown), record.headers
 
 
 @pytest.fixture
