@@ -67,7 +67,7 @@ __all__ = [
 ENV_PREFIX = "LAKEGATE_"
 #: Keys that name a file or directory on the local file system.
 PATH_KEYS = frozenset({"data_dir", "edge.tls_cert_file", "edge.tls_key_file", "edge.password_file",
-                       "edge.acl_file", "amqp.tls_ca_file", "tap.tls_ca_file",
+                       "edge.acl_file", "amqp.tls_ca_file", "tap.tls_ca_file", "edge.tls_client_ca_file", "edge.tls_crl_file",
                        "kafka.ssl_ca_location", "kafka.ssl_certificate_location", "kafka.ssl_key_location"})
 #: Bookkeeping fields of Config that are not configuration keys.
 _META = ("sources", "bases")
@@ -186,7 +186,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "amqp.downlink_pubrel": ("peer", "edge"),
     "amqp.forward_by": ("auto", "edge", "job"),
     "amqp.anonymous_relay": ("auto", "on", "off"),
-    "edge.ack_after": ("capture", "forward"),
+    "edge.ack_after": ("capture", "forward"), "edge.cert_identity": ("none", "cn", "subject", "san"),
     "tables.engine": ("auto", "delta-rs", "delta-spark"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
     "spark.log_level": ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"),

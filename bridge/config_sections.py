@@ -20,6 +20,22 @@ class EdgeConfig:
     tls_port: int = 0
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    #: PEM CA bundle that client certificates of the TLS listeners
+    #: (edge.tls_port, edge.wss_port) are verified against; empty = none asked for.
+    tls_client_ca_file: str = ""
+    #: With edge.tls_client_ca_file: a TLS client without a valid
+    #: certificate fails the handshake (false: one without any goes on to
+    #: the password and anonymous rules; an invalid one still fails).
+    require_certificate: bool = False
+    #: PEM certificate revocation list checked for each client certificate; empty = none.
+    tls_crl_file: str = ""
+    #: What of a TLS client's verified certificate is its user name (for
+    #: the ACL and the capture records; its CONNECT's user name and password
+    #: are then not used): "none", "cn" (the subject's CN, Mosquitto's
+    #: use_identity_as_username), "subject" (RFC 2253, Mosquitto's
+    #: use_subject_as_username) or "san" (the first DNS, email or URI
+    #: subject alternative name). A TLS client without one: CONNACK 0x87.
+    cert_identity: str = "none"
     #: MQTT over WebSockets (MQTT 5.0 section 6) listener port; 0 = none.
     ws_port: int = 0
     #: MQTT over secure WebSockets (TLS with edge.tls_cert_file) listener port; 0 = none.

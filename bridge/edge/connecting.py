@@ -17,6 +17,7 @@ part of :class:`~bridge.edge.server.EdgeServer` and works on its attributes
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -37,6 +38,18 @@ class ConnectDecision:
     """The CONNECT decision of the :class:`~bridge.edge.server.EdgeServer`."""
 
     def _connect(self, conn: Connection, req: ConnectRequest) -> None:
+        if conn.tls and self.edge.cert_identity != "none":  # the certificate names the user (bridge.edge.tls)
+            ident = conn.cert_identity
+            if ident is None:
+                self.stats["refused"] += 1
+                why = (f"no client certificate with a name for edge.cert_identity = {self.edge.cert_identity!r}"
+                       f" [{edge_rules.CERT_IDENTITY}]")
+                log.info("%s client=%s: %s", conn.conn_id, req.client_id, why)
+                self.perform(conn, conn.session.refuse(edge_rules.CERT_IDENTITY, 0x87, why))
+                return
+            conn.session.authenticated_as(ident)  # (the ACL's user and the capture records' username)
+            self._connect_checked(conn, dataclasses.replace(req, username=ident, password=None), None)
+            return
         pw = self.passwords
         if pw is not None and req.username is not None:
             # The hash is slow on purpose: the AuthQueue runs it in a worker

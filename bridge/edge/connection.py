@@ -74,6 +74,8 @@ class Connection(asyncio.Protocol):
         self.tls = tls
         #: the transport, for logs and metrics: "tcp", "tls", "ws" or "wss" (bridge.edge.websocket)
         self.kind = "tls" if tls else "tcp"
+        #: the user name its verified client certificate gives (edge.cert_identity; bridge.edge.tls)
+        self.cert_identity: str | None = None
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self.conn_id = ""

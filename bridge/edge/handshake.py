@@ -164,6 +164,13 @@ class ConnectHandshake:
         actions.append(ConnectRequest(self.client_id, p.username, p.password, p.clean_start,
                                       self.expiry_s, level))
 
+    def authenticated_as(self, username: str) -> None:
+        """The server authenticated the client as ``username`` by other means
+        than the CONNECT's (a client certificate, ``bridge.edge.tls``): the
+        ACL's user and every record's ``username`` from now on."""
+        self.username = username
+        self._headers = Headers(self._base_headers(b"client"))
+
     def accept(self, client: ClientSession, session_present: bool, now: float) -> list[Action]:
         """The server accepted the CONNECT: capture it, send CONNACK, then
         handle whatever arrived after the CONNECT."""

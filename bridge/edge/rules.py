@@ -40,6 +40,8 @@ __all__ = [
     "CLUSTER_MOVE",
     "WS_BINARY",
     "WS_HANDSHAKE",
+    "TLS_HANDSHAKE",
+    "CERT_IDENTITY",
     "edge_violation",
 ]
 
@@ -69,6 +71,8 @@ CLUSTER_LEASE = "LG-cluster-lease"
 CLUSTER_MOVE = "LG-cluster-move"
 WS_BINARY = "MQTT-6.0.0-1"
 WS_HANDSHAKE = "LG-edge-ws-handshake"
+TLS_HANDSHAKE = "LG-edge-tls-handshake"
+CERT_IDENTITY = "LG-edge-cert-identity"
 
 EDGE_RULES: dict[str, Rule] = {
     AUTH_FAILED: Rule(
@@ -221,6 +225,19 @@ EDGE_RULES: dict[str, Rule] = {
         enforced="session",
         note="answered in HTTP (404, 400, 403, 503; no MQTT session starts) or, for a handshake that "
         "never completes, the connection aborted; one log line each",
+    ),
+    TLS_HANDSHAKE: Rule(
+        "A TLS handshake on edge.tls_port or edge.wss_port failed: no client certificate where "
+        "edge.require_certificate asks for one, a certificate that is expired, revoked "
+        "(edge.tls_crl_file), from another CA than edge.tls_client_ca_file or not for client use, "
+        "or no handshake within edge.connect_timeout_s", 0x80, _P, enforced="session",
+        note="the client gets OpenSSL's TLS alert and no MQTT session starts; one log line with "
+        "OpenSSL's reason",
+    ),
+    CERT_IDENTITY: Rule(
+        "edge.cert_identity names the user by the client certificate, and the TLS client has none, or "
+        "none with that kind of name", 0x87, _P, enforced="session",
+        note="CONNACK 0x87 Not authorized (3.x 0x05); one log line",
     ),
 }
 

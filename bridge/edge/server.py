@@ -79,7 +79,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import ssl
 import time
 from concurrent.futures import Future
 
@@ -94,6 +93,7 @@ from bridge.edge.auth import PasswordFile
 from bridge.edge.cluster import ClusterFeed
 from bridge.edge.connecting import ConnectDecision
 from bridge.edge.connection import Connection, remote_address
+from bridge.edge.tls import TlsAcceptor, identity, server_context
 from bridge.edge.fanout import FanOut
 from bridge.edge.gc_tuning import tune_gc, untune_gc
 from bridge.edge.housekeeping import SessionHousekeeping
@@ -300,13 +300,16 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
                                        reuse_address=True, backlog=1024)
         self._servers.append(srv)
         ctx = None
-        if edge.tls_port or edge.wss_port:
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(edge.tls_cert_file, edge.tls_key_file or None)
+        if edge.tls_port or edge.wss_port:  # (bridge.edge.tls: client certificates, the handshake seen)
+            ctx = server_context(edge)
+
+        def tls(make, kind: str):
+            return lambda: TlsAcceptor(loop, ctx, make, kind, edge.connect_timeout_s)
+
         if edge.tls_port:
-            tls = await loop.create_server(lambda: Connection(self, True), edge.host, edge.tls_port,
-                                           ssl=ctx, reuse_address=True, backlog=1024)
-            self._servers.append(tls)
+            tls_srv = await loop.create_server(tls(lambda: Connection(self, True), "tls"), edge.host,
+                                               edge.tls_port, reuse_address=True, backlog=1024)
+            self._servers.append(tls_srv)
         for s, is_tls in zip(self._servers, (False, True)):
             for sock in s.sockets:
                 host, port = sock.getsockname()[:2]
@@ -315,8 +318,9 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
             if port:  # MQTT over WebSockets (bridge.edge.websocket)
                 from bridge.edge.websocket import WsConnection
 
-                ws = await loop.create_server(lambda wss=wss: WsConnection(self, wss), edge.host, port,
-                                              ssl=ctx if wss else None, reuse_address=True, backlog=1024)
+                make = (lambda: WsConnection(self, False)) if not wss else \
+                    tls(lambda: WsConnection(self, True), "wss")
+                ws = await loop.create_server(make, edge.host, port, reuse_address=True, backlog=1024)
                 self._servers.append(ws)
                 for sock in ws.sockets:
                     self.ws_addresses.append((*sock.getsockname()[:2], wss))
@@ -347,6 +351,8 @@ class EdgeServer(DurableAcks, IncompleteFrames, SessionHousekeeping, FanOut, Ret
         peer = conn.transport.get_extra_info("peername")
         conn.remote = remote_address(peer)
         conn.host = str(peer[0]) if isinstance(peer, tuple) and peer else conn.remote
+        if conn.tls and self.edge.cert_identity != "none":  # (a verified client certificate's name)
+            conn.cert_identity = identity(conn.transport.get_extra_info("peercert"), self.edge.cert_identity)
         busy = len(self.conns) >= self.edge.max_connections
         conn.session = Session(conn.conn_id, conn.remote, self.limits, now, busy=busy,
                                router=self.router)
