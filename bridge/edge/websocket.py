@@ -52,16 +52,14 @@ from bridge.edge.connection import Connection, remote_address
 if TYPE_CHECKING:
     from bridge.edge.server import EdgeServer
 
-__all__ = ["WsConnection", "WsTransport", "SUBPROTOCOLS", "HANDSHAKE_RULE"]
+__all__ = ["WsConnection", "WsTransport", "SUBPROTOCOLS"]
 
 log = logging.getLogger("bridge.edge")
 
 #: The subprotocols of MQTT over WebSockets (MQTT 5.0 section 6; 3.1 clients offer "mqttv3.1").
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
-#: The rule a refused WebSocket handshake names in its log line.
-HANDSHAKE_RULE = edge_rules.WS_HANDSHAKE
-#: WebSocket close codes (RFC 6455 section 7.4.1).
-CLOSE_NORMAL, CLOSE_PROTOCOL_ERROR, CLOSE_UNSUPPORTED = 1000, 1002, 1003
+#: WebSocket close codes (RFC 6455 section 7.4.1; 1002 Protocol Error comes from wsproto's findings).
+CLOSE_NORMAL, CLOSE_UNSUPPORTED = 1000, 1003
 
 
 class WsTransport(asyncio.Transport):
@@ -98,6 +96,10 @@ class WsTransport(asyncio.Transport):
     def abort(self) -> None:
         self._closing = True
         self._raw.abort()
+
+    def closed_by_peer(self) -> None:
+        """The client's Close was answered: nothing more is written."""
+        self._closing = True
 
     def is_closing(self) -> bool:
         return self._closing or self._raw.is_closing()
@@ -267,13 +269,13 @@ class WsConnection(asyncio.Protocol):
         self._timer = None
         self._handshake_over()
         log.info("ws %s remote=%s: the WebSocket handshake did not complete within edge.connect_timeout_s = "
-                 "%g s [%s]; aborted", self.kind, self.remote, self.server.edge.connect_timeout_s, HANDSHAKE_RULE)
+                 "%g s [%s]; aborted", self.kind, self.remote, self.server.edge.connect_timeout_s, edge_rules.WS_HANDSHAKE)
         self.raw.abort()
 
     def _refuse(self, status: int, why: str) -> None:
         self._handshake_over()
         log.info("ws %s remote=%s: handshake refused with HTTP %d: %s [%s]", self.kind, self.remote, status, why,
-                 HANDSHAKE_RULE)
+                 edge_rules.WS_HANDSHAKE)
         body = f"{why}\n".encode()
         try:
             self.raw.write(self.ws.send(RejectConnection(
@@ -306,5 +308,5 @@ class WsConnection(asyncio.Protocol):
         except Exception:  # noqa: BLE001 - already closing
             pass
         if self.transport is not None:
-            self.transport._closing = True
+            self.transport.closed_by_peer()
         self.raw.close()
