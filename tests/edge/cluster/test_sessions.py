@@ -25,6 +25,8 @@ def test_a_persistent_session_moves_to_another_edge_with_what_was_queued_meanwhi
     assert not present
     assert subscribe(c, level, ("m/#", 2)) == [2]
     leave(c)
+    # (edge 1 applied the SUBSCRIBE before it captures for it: see the known defect below)
+    wait_for(lambda: knows_subscription(e1, "m/b"), 10, "edge 1 to apply edge 0's SUBSCRIBE")
     # queued while offline, published on both edges, at QoS 1 and 2
     publish_each(e0.port, level, "m/a", [b"a%d" % i for i in range(5)], qos=1, cid="p0")
     publish_each(e1.port, level, "m/b", [b"b%d" % i for i in range(5)], qos=2, cid="p1")
@@ -41,6 +43,34 @@ def test_a_persistent_session_moves_to_another_edge_with_what_was_queued_meanwhi
     assert p.payload == b"live"
 
 
+def knows_subscription(edge, topic: str) -> bool:
+    """``edge`` has a subscription (of any session) that matches ``topic``."""
+    return edge.call(lambda: bool(edge.server.router.tree.match(topic).found))
+
+
+@pytest.mark.xfail(strict=True, reason="known defect (issue 43 note, 2026-11-29): an edge that captures a message "
+                   "before it applied another edge's SUBSCRIBE (its feed late) does not queue it for that session, "
+                   "and the session resumed there lacks it; 3 of 16 runs of this file under load hit it")
+def test_a_message_captured_before_the_edge_applied_a_remote_subscribe_still_reaches_the_moved_session(
+        make_cluster):
+    """Edge 1 reads edge 0's records 0.7 s late. A persistent session
+    subscribes on edge 0 (SUBACK: the subscription exists) and leaves; a
+    message published on edge 1 right after must reach it when it resumes
+    on edge 1, as on one server."""
+    e0, e1 = make_cluster(2)
+    slow_feed(e1, 0.7)
+    c, _ = connect_session(e0.port, 5, "late")
+    assert subscribe(c, 5, ("l/#", 1)) == [1]
+    leave(c)
+    publish_each(e1.port, 5, "l/x", [b"after the SUBACK"], qos=1, cid="lp")
+    time.sleep(1.5)  # edge 1 has read edge 0's records by now
+    c2, present = connect_session(e1.port, 5, "late")
+    assert present
+    c2.sock.settimeout(3)
+    got = publishes(c2, 5, 1, timeout=3)
+    assert [p.payload for p in got] == [b"after the SUBACK"]
+
+
 @pytest.mark.parametrize("level", [4, 5])
 def test_qos2_in_flight_moves_with_its_packet_identifiers_exactly_once(make_cluster, level):
     """The subscriber got QoS 2 PUBLISHes on edge 0 and answered none; it
@@ -50,6 +80,7 @@ def test_qos2_in_flight_moves_with_its_packet_identifiers_exactly_once(make_clus
     e0, e1 = make_cluster(2)
     c, _ = connect_session(e0.port, level, "q2")
     assert subscribe(c, level, ("q/#", 2)) == [2]
+    wait_for(lambda: knows_subscription(e1, "q/x"), 10, "edge 1 to apply edge 0's SUBSCRIBE (known defect below)")
     publish_each(e1.port, level, "q/x", [b"x%d" % i for i in range(3)], qos=2, cid="px")
     first = publishes(c, level, 3, ack=False)
     assert [p.dup for p in first] == [False] * 3
