@@ -93,7 +93,6 @@ from bridge.edge.auth import PasswordFile
 from bridge.edge.cluster import ClusterFeed
 from bridge.edge.connecting import ConnectDecision
 from bridge.edge.connection import Connection, remote_address
-from bridge.edge.tls import TlsAcceptor, identity, server_context
 from bridge.edge.fanout import FanOut
 from bridge.edge.gc_tuning import tune_gc, untune_gc
 from bridge.edge.housekeeping import SessionHousekeeping
@@ -109,6 +108,7 @@ from bridge.edge.session import (
 )
 from bridge.edge.state import SessionStore
 from bridge.edge.thread import EdgeThread
+from bridge.edge.tls import TlsAcceptor, identity, server_context
 
 __all__ = ["EdgeServer", "EdgeThread", "ForwardWaiter"]
 

@@ -113,7 +113,7 @@ class TlsAcceptor(asyncio.Protocol):
         try:
             tls = await self.loop.start_tls(raw, self, self.ctx, server_side=True,
                                             ssl_handshake_timeout=self.timeout_s)
-        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+        except (OSError, asyncio.TimeoutError) as exc:  # (ssl.SSLError and ConnectionError are OSErrors)
             why = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or \
                 (f"no handshake within edge.connect_timeout_s = {self.timeout_s:g} s"
                  if isinstance(exc, asyncio.TimeoutError) else str(exc) or type(exc).__name__)
