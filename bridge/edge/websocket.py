@@ -36,6 +36,7 @@ that proxy appended), and it is what the logs, the capture record's
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 from typing import TYPE_CHECKING
@@ -60,6 +61,12 @@ log = logging.getLogger("bridge.edge")
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
 #: WebSocket close codes (RFC 6455 section 7.4.1; 1002 Protocol Error comes from wsproto's findings).
 CLOSE_NORMAL, CLOSE_UNSUPPORTED = 1000, 1003
+
+
+@functools.lru_cache(maxsize=16)
+def _listed(value: str) -> frozenset[str]:
+    """A comma-separated setting (edge.ws_origins, edge.ws_trusted_proxies) as a set, parsed once."""
+    return frozenset(v.strip() for v in value.split(",") if v.strip())
 
 
 class WsTransport(asyncio.Transport):
@@ -217,7 +224,7 @@ class WsConnection(asyncio.Protocol):
             self._refuse(400, f"no MQTT subprotocol offered (offered: {', '.join(offered)[:100] or 'none'}; "
                               "needs mqtt or mqttv3.1) [MQTT-6.0.0-4]")
             return
-        allowed = [o.strip() for o in edge.ws_origins.split(",") if o.strip()]
+        allowed = _listed(edge.ws_origins)
         if allowed:
             origin = next((v.decode("latin-1") for k, v in req.extra_headers if k.lower() == b"origin"), None)
             if origin is None or origin not in allowed:
@@ -239,7 +246,7 @@ class WsConnection(asyncio.Protocol):
         the connection comes from a proxy in ``edge.ws_trusted_proxies``
         (what the proxy itself appended; earlier entries are the client's
         word). None: the TCP peer is the client."""
-        trusted = {p.strip() for p in self.server.edge.ws_trusted_proxies.split(",") if p.strip()}
+        trusted = _listed(self.server.edge.ws_trusted_proxies)
         peer = self.raw.get_extra_info("peername")
         if not trusted or not isinstance(peer, tuple) or str(peer[0]) not in trusted:
             return None
@@ -269,7 +276,8 @@ class WsConnection(asyncio.Protocol):
         self._timer = None
         self._handshake_over()
         log.info("ws %s remote=%s: the WebSocket handshake did not complete within edge.connect_timeout_s = "
-                 "%g s [%s]; aborted", self.kind, self.remote, self.server.edge.connect_timeout_s, edge_rules.WS_HANDSHAKE)
+                 "%g s [%s]; aborted", self.kind, self.remote, self.server.edge.connect_timeout_s,
+                 edge_rules.WS_HANDSHAKE)
         self.raw.abort()
 
     def _refuse(self, status: int, why: str) -> None:
